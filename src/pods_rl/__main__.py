@@ -1,0 +1,3 @@
+from pods_rl.cli import app
+
+app()

@@ -1,0 +1,105 @@
+"""PODSConfig: GRPOConfig plus the down-sampling settings (pool size n, trained size m, rule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from pods_rl.core.selection import RULES as SELECTION_RULES
+
+ADVANTAGE_STATS = ("selected", "pool")
+
+
+@dataclass
+class PODSConfig(GRPOConfig):
+    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus three.
+
+    How the batch sizes count. `num_generations` is the pool size n: rollouts generated per prompt. `num_selected`
+    is m: rollouts per prompt that reach the policy update. TRL's batch fields count rows *of the update*, exactly as
+    in GRPO: `per_device_train_batch_size` rows per forward/backward pass, `steps_per_generation` micro-batches per
+    generation, `generation_batch_size = per_device_train_batch_size * num_processes * steps_per_generation` trained
+    rows per generation. So each generation draws `generation_batch_size / m` prompts and generates
+    `generation_batch_size * n / m` rollouts; each process generates its `n / m` share of that and trains on its
+    `per_device_train_batch_size * steps_per_generation` rows.
+
+    Worked example: 2 GPUs, `per_device_train_batch_size=8`, `gradient_accumulation_steps=2` (so
+    `steps_per_generation=2`), `num_generations=32`, `num_selected=8`. Trained rows per generation: 8 * 2 * 2 = 32, i.e.
+    32 / 8 = 4 prompts. Generated rollouts: 4 * 32 = 128, 64 per GPU. After selection each GPU trains on 16 rows in
+    two micro-batches of 8. Memory of the update is that of GRPO with n = 8; generation is that of n = 32.
+
+    Args:
+        num_selected (`int` or `None`, defaults to `None`):
+            m, the rollouts per prompt kept for the update, 2 <= m <= num_generations. `None` keeps all n (plain
+            GRPO through the same code path).
+        selection_rule (`str`, defaults to `"max_variance"`):
+            `"max_variance"` (the paper's rule), `"max_reward"` or `"random"`; see `pods_rl.select_rollouts`.
+        advantage_stats (`str`, defaults to `"selected"`):
+            Where the advantage's mean and std come from: the `"selected"` subset (the paper's choice) or the whole
+            `"pool"` of n (the paper's ablation).
+    """
+
+    num_selected: int | None = field(
+        default=None,
+        metadata={
+            "help": "m: rollouts per prompt kept for the update (2..num_generations); None keeps all n."
+        },
+    )
+    selection_rule: str = field(
+        default="max_variance",
+        metadata={"help": "Down-sampling rule: 'max_variance', 'max_reward' or 'random'."},
+    )
+    advantage_stats: str = field(
+        default="selected",
+        metadata={"help": "Advantage normalisation over the 'selected' subset or the whole 'pool'."},
+    )
+
+    def __post_init__(self) -> None:
+        pool_size = self.num_generations
+        if self.num_selected is None:
+            self.num_selected = pool_size
+        if pool_size is None or pool_size < 2:
+            raise ValueError(f"num_generations (the pool size n) must be >= 2, got {pool_size}.")
+        if not 2 <= self.num_selected <= pool_size:
+            raise ValueError(
+                f"num_selected (m) must satisfy 2 <= m <= num_generations (n={pool_size}), got {self.num_selected}: "
+                "a group of one has zero variance, so its advantage is always 0."
+            )
+        if self.selection_rule not in SELECTION_RULES:
+            raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {self.selection_rule!r}.")
+        if self.advantage_stats not in ADVANTAGE_STATS:
+            raise ValueError(
+                f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}."
+            )
+        if self.scale_rewards not in ("group", "none", True, False):
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r} is not supported by PODS: advantages are normalised per "
+                "prompt group ('group') or not at all ('none')."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "PODS selects on the weighted sum of rewards: use multi_objective_aggregation='sum_then_normalize'."
+            )
+        # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows.
+        self.num_generations = self.num_selected
+        try:
+            super().__post_init__()
+        finally:
+            self.num_generations = pool_size
+        local_trained_rows = self.per_device_train_batch_size * self.steps_per_generation
+        if local_trained_rows * pool_size % self.num_selected:
+            raise ValueError(
+                f"per_device_train_batch_size * steps_per_generation ({local_trained_rows}) * num_generations "
+                f"({pool_size}) must be divisible by num_selected ({self.num_selected}), so that each process "
+                "generates a whole number of rollouts."
+            )
+
+    @property
+    def local_pool_size(self) -> int:
+        """Rollouts each process generates per generation batch."""
+        return (
+            self.per_device_train_batch_size
+            * self.steps_per_generation
+            * self.num_generations
+            // self.num_selected
+        )

@@ -1,0 +1,247 @@
+"""PODSTrainer: GRPOTrainer whose update sees only the m selected rollouts of each prompt's pool of n.
+
+TRL computes old-policy and reference log-probabilities *before* it scores the rollouts, all inside one long
+method. To remove the unselected rollouts before any of that, PODS hooks in at the end of generation:
+
+1. `_generate` (after TRL generated the local pool): score the pool, select m per prompt across all processes,
+   hand each process an equal, contiguous share of the selected rows, and shrink the caller's `prompts` and
+   `inputs` lists in place to those rows. From here on TRL only ever sees the trained rows.
+2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
+3. `_generate_and_score_completions`: replace TRL's advantages with `group_advantages` (subset or pool stats).
+
+`tests/trainer/test_trl_contract.py` fails loudly if TRL changes the internals these hooks rely on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from pods_rl.core import group_advantages, select_rollouts
+from pods_rl.trainer.config import PODSConfig
+
+PHASES = ("generate", "score", "select", "update")
+
+
+class PODSTrainer(GRPOTrainer):
+    """Drop-in for `trl.GRPOTrainer` (same constructor) that trains on `num_selected` of `num_generations` rollouts."""
+
+    _tag_names = ["trl", "grpo", "pods"]
+    _name = "PODS"
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: PODSConfig | None = None, **kwargs: Any):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
+        if not isinstance(args, PODSConfig):
+            raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        super().__init__(model, reward_funcs, args, **kwargs)
+        self.pool_size = args.num_generations
+        self.num_selected = args.num_selected
+        # Same seed on every process: the random rule must pick the same rollouts everywhere.
+        self._selection_generator = torch.Generator().manual_seed(args.seed)
+        self._pool_inputs: list[dict] | None = None
+        self._selected_rewards_per_func: torch.Tensor | None = None
+        self._selected_advantages: torch.Tensor | None = None
+        self.phase_seconds: dict[str, float] = defaultdict(float)
+        self.add_callback(_PhaseClock(self))
+
+    # ------------------------------------------------------------------ data: pools of n per prompt
+    def get_train_dataloader(self):
+        if not hasattr(self.train_dataset, "__len__"):
+            raise ValueError(
+                "PODSTrainer needs a map-style (sized) train_dataset to draw whole pools per prompt."
+            )
+        return self._get_dataloader(
+            dataset=self.train_dataset,
+            description="Training",
+            batch_size=self.args.local_pool_size,
+            sampler_fn=self._get_train_sampler,
+            is_training=True,
+        )
+
+    def _get_train_sampler(self, dataset=None) -> RepeatSampler:
+        return RepeatSampler(
+            data_source=self.train_dataset if dataset is None else dataset,
+            mini_repeat_count=self.args.num_generations,
+            batch_size=self.args.generation_batch_size // self.args.num_selected,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    # ------------------------------------------------------------------ generation, scoring, selection
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        self._pool_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self.num_generations = self.pool_size
+            self._pool_inputs = None
+            self._selected_rewards_per_func = None
+        if self._selected_advantages is None:
+            raise RuntimeError(
+                "PODSTrainer's selection hook did not run: the installed TRL no longer calls `_generate` from "
+                "`_generate_and_score_completions`. Pin trl to the version in pyproject.toml."
+            )
+        output["advantages"] = self._selected_advantages
+        self._selected_advantages = None
+        return output
+
+    def _generate(self, prompts: list):
+        start = time.perf_counter()
+        generated = super()._generate(prompts)
+        self.phase_seconds["generate"] += time.perf_counter() - start
+        if self._pool_inputs is None:  # evaluation, or a TRL path that does not train
+            return generated
+        return self._down_sample(prompts, generated)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._selected_rewards_per_func is not None:
+            rewards, self._selected_rewards_per_func = self._selected_rewards_per_func, None
+            return rewards
+        start = time.perf_counter()
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.phase_seconds["score"] += time.perf_counter() - start
+        return rewards
+
+    def _down_sample(self, prompts: list, generated: tuple) -> tuple:
+        """Score the pool, select m rollouts per prompt and keep this process's share of them."""
+        (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = (
+            generated
+        )
+        inputs = self._pool_inputs
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
+
+        start = time.perf_counter()
+        n, m = self.pool_size, self.num_selected
+        weights = self.reward_weights.to(rewards_per_func.device)
+        pool_rewards = (rewards_per_func * weights).nansum(dim=1).view(-1, n).double().cpu()
+        scorable = ~torch.isnan(rewards_per_func).all(dim=1).view(-1, n).cpu()
+        pool_rewards = pool_rewards.masked_fill(~scorable, 0.0)
+        selected = select_rollouts(
+            pool_rewards, m, self.args.selection_rule, valid=scorable, generator=self._selection_generator
+        )
+        selected_rewards = pool_rewards.gather(1, selected)
+        advantages = group_advantages(
+            selected_rewards,
+            scale="none" if self.scale_rewards == "none" else "std",
+            pool=pool_rewards if self.args.advantage_stats == "pool" else None,
+        )
+        global_rows = (selected + torch.arange(len(selected)).unsqueeze(1) * n).flatten()
+
+        # Every process holds every pool row after this gather; each then keeps an equal contiguous share.
+        columns = {
+            "prompt": prompts,
+            "input": inputs,
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "completion": completions,
+            "tool_mask": tool_mask,
+            "logprobs": logprobs,
+            "images": images,
+            "tool_images": tool_images or None,  # an empty list when no tool ran
+            **{f"extra:{key}": value for key, value in extra_fields.items() if isinstance(value, list)},
+        }
+        local_rows = [
+            {key: value[i] for key, value in columns.items() if value is not None}
+            for i in range(len(prompts))
+        ]
+        all_rows = gather_object(local_rows) if self.accelerator.num_processes > 1 else local_rows
+        share = len(global_rows) // self.accelerator.num_processes
+        mine = global_rows[
+            self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share
+        ]
+        rows = [all_rows[i] for i in mine.tolist()]
+        device = self.accelerator.device
+        self._selected_rewards_per_func = rewards_per_func[global_rows.to(rewards_per_func.device)]
+        self._selected_advantages = advantages.flatten()[
+            self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share
+        ].to(device=device, dtype=torch.float32)
+        tokens = torch.tensor([len(row["completion_ids"]) for row in all_rows], dtype=torch.float64)
+        self._log_selection(pool_rewards, scorable, selected, selected_rewards)
+        self._metrics["train"]["pods/tokens_generated"].append(tokens.sum().item())
+        self._metrics["train"]["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+
+        # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
+        prompts[:] = [row["prompt"] for row in rows]
+        inputs[:] = [row["input"] for row in rows]
+        self.num_generations = m  # TRL now groups the trained rows by m
+        self.phase_seconds["select"] += time.perf_counter() - start
+
+        def column(key: str) -> list | None:
+            return None if columns[key] is None else [row[key] for row in rows]
+
+        extra = {key: value for key, value in extra_fields.items() if not isinstance(value, list)}
+        extra.update({key[6:]: [row[key] for row in rows] for key in columns if key.startswith("extra:")})
+        return (
+            column("prompt_ids"),
+            column("completion_ids"),
+            column("tool_mask"),
+            column("completion"),
+            column("logprobs"),
+            extra,
+            column("images"),
+            column("tool_images") or [],
+        )
+
+    def _log_selection(
+        self,
+        pool_rewards: torch.Tensor,
+        scorable: torch.Tensor,
+        selected: torch.Tensor,
+        selected_rewards: torch.Tensor,
+    ) -> None:
+        """Log what the selection kept, under `pods/`, so runs can be audited and costed."""
+        metrics = self._metrics["train"]
+        valid_pool = pool_rewards[scorable]
+        metrics["pods/pool_reward_mean"].append(valid_pool.mean().item())
+        metrics["pods/pool_reward_std"].append(valid_pool.std().item() if valid_pool.numel() > 1 else 0.0)
+        metrics["pods/selected_reward_mean"].append(selected_rewards.mean().item())
+        metrics["pods/selected_reward_std"].append(selected_rewards.std().item())
+        selected_var = selected_rewards.var(dim=1, unbiased=False)
+        if self.args.selection_rule == "max_variance":
+            best_var = selected_var
+        else:
+            best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
+            best_var = pool_rewards.gather(1, best).var(dim=1, unbiased=False)
+        pool_var = torch.stack(
+            [row[ok].var(unbiased=False) for row, ok in zip(pool_rewards, scorable, strict=True)]
+        )
+        metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
+        metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
+        metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
+        metrics["pods/rollouts_generated"].append(float(pool_rewards.numel()))
+        metrics["pods/rollouts_trained"].append(float(selected.numel()))
+
+
+def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> float:
+    """A variance fraction; 1.0 when there was no variance to capture."""
+    return 1.0 if denominator.item() == 0 else (numerator / denominator).item()
+
+
+class _PhaseClock(TrainerCallback):
+    """Splits each optimizer step's wall time into generate, score, select and update, logged as `pods/time_*`."""
+
+    def __init__(self, trainer: PODSTrainer):
+        self.trainer = trainer
+        self.step_start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.trainer.phase_seconds.clear()
+        self.step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        phases = self.trainer.phase_seconds
+        phases["update"] = time.perf_counter() - self.step_start - sum(phases[p] for p in PHASES[:3])
+        for phase in PHASES:
+            self.trainer._metrics["train"][f"pods/time_{phase}"].append(phases[phase])

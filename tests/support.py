@@ -1,0 +1,69 @@
+"""Test support: a tiny Llama and character tokenizer built in code, so no test downloads anything."""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*=?.")
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def tiny_llama(tokenizer: PreTrainedTokenizerFast, *, hidden: int = 32, layers: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def prompt_dataset(size: int = 16) -> Dataset:
+    """Plain-text prompts of equal length, so prompt padding never differs between runs."""
+    return Dataset.from_dict({"prompt": [f"q{i % 10}{(i * 7) % 10}=" for i in range(size)]})
+
+
+def vowel_reward(completions: list[str], **kwargs) -> list[float]:
+    """A non-binary, deterministic reward: the fraction of vowels in the completion."""
+    return [sum(c in "aeiou" for c in text) / max(len(text), 1) for text in completions]
+
+
+def fast_args(**overrides) -> dict:
+    """Settings that make a TRL GRPO step take well under a second on a CPU."""
+    settings = dict(
+        output_dir=overrides.pop("output_dir"),
+        bf16=False,
+        activation_checkpointing=False,
+        max_completion_length=8,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        temperature=1.0,
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
+    settings.update(overrides)
+    return settings

@@ -1,0 +1,56 @@
+import pytest
+
+from pods_rl import PODSConfig
+
+
+def make(tmp_path, **kwargs) -> PODSConfig:
+    defaults = dict(output_dir=str(tmp_path), bf16=False, use_cpu=True, report_to="none")
+    return PODSConfig(**{**defaults, **kwargs})
+
+
+def test_worked_example_counts(tmp_path):
+    config = make(
+        tmp_path,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        num_generations=32,
+        num_selected=8,
+    )
+    assert config.generation_batch_size == 16  # one process here: 8 rows * 2 micro-batches
+    assert config.generation_batch_size // config.num_selected == 2  # prompts per generation
+    assert config.local_pool_size == 64  # rollouts generated per generation
+    assert config.num_generations == 32  # TRL's meaning survives the post-init
+
+
+def test_default_keeps_every_rollout(tmp_path):
+    config = make(tmp_path, per_device_train_batch_size=8, num_generations=8)
+    assert config.num_selected == 8
+    assert config.local_pool_size == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(num_generations=8, num_selected=9), r"2 <= m <= num_generations \(n=8\), got 9"),
+        (dict(num_generations=8, num_selected=0), "got 0"),
+        (dict(num_generations=8, num_selected=1), "group of one"),
+        (dict(num_generations=1, num_selected=1), "num_generations .* must be >= 2, got 1"),
+        (dict(num_generations=8, num_selected=4, selection_rule="best"), "selection_rule must be one of"),
+        (dict(num_generations=8, num_selected=4, advantage_stats="all"), "advantage_stats must be one of"),
+        (
+            dict(num_generations=8, num_selected=4, scale_rewards="batch"),
+            "scale_rewards='batch' is not supported",
+        ),
+        (
+            dict(num_generations=8, num_selected=4, multi_objective_aggregation="normalize_then_sum"),
+            "sum_then_normalize",
+        ),
+        (
+            dict(per_device_train_batch_size=6, num_generations=8, num_selected=4),
+            r"divisible by num_generations \(4\)",
+        ),
+    ],
+)
+def test_inconsistent_settings_fail_at_construction(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path, **{"per_device_train_batch_size": 8, **kwargs})

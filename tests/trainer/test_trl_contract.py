@@ -1,0 +1,44 @@
+"""PODSTrainer hooks three GRPOTrainer internals; these tests fail loudly when TRL changes under them."""
+
+import inspect
+from importlib.metadata import version
+
+from trl import GRPOTrainer
+
+from pods_rl import PODSTrainer
+
+
+def test_trl_is_the_pinned_release():
+    assert version("trl") == "1.16.0", "PODSTrainer is tested against trl 1.16.0: re-check the hooks below."
+
+
+def test_generate_and_score_feeds_the_hooks():
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    # The selection runs inside _generate and shrinks these two lists in place; TRL must keep using them after.
+    assert "= self._generate(prompts)" in source
+    assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in source
+    # Each process's slice of the gathered rewards and TRL's grouping must follow the (shrunk) lists.
+    assert "self.accelerator.process_index * len(prompts)" in source
+    assert 'num_generations = self.num_generations if mode == "train"' in source
+    # The advantages we replace must be an output key.
+    assert '"advantages": advantages' in source
+
+
+def test_generate_returns_what_down_sampling_unpacks():
+    source = inspect.getsource(GRPOTrainer._generate)
+    assert (
+        "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images"
+        in source
+    )
+
+
+def test_signatures_are_unchanged():
+    params = list(inspect.signature(GRPOTrainer._calculate_rewards).parameters)
+    assert params == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
+    assert list(inspect.signature(GRPOTrainer._generate).parameters) == ["self", "prompts"]
+    assert list(inspect.signature(PODSTrainer.__init__).parameters)[:4] == [
+        "self",
+        "model",
+        "reward_funcs",
+        "args",
+    ]

@@ -1,0 +1,38 @@
+"""PODS on two processes (gloo, CPU): selection sees each prompt's whole pool, split across the processes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pods_rl import select_rollouts
+
+SCRIPT = Path(__file__).with_name("two_process_run.py")
+
+
+def test_selection_spans_processes(tmp_path):
+    accelerate = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent), "OMP_NUM_THREADS": "1"}
+    # accelerate 1.15 runs `--cpu` jobs in a single process; `--multi_gpu` starts torchrun, which uses gloo on CPU.
+    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    command += ["--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["params_sum"] == pytest.approx(ranks[1]["params_sum"], rel=1e-9)  # replicas stay in sync
+    for generation in range(2):
+        pool = torch.tensor(
+            ranks[0]["pools"][generation] + ranks[1]["pools"][generation], dtype=torch.float64
+        )
+        assert pool.numel() == 8  # each process generated half of the prompt's pool
+        expected = sorted(pool[select_rollouts(pool.view(1, 8), 2)[0]].tolist())
+        trained = [ranks[r]["trained"][generation] for r in (0, 1)]
+        assert [len(t["rewards"]) for t in trained] == [1, 1]  # an equal, non-empty share each
+        assert sorted(trained[0]["rewards"] + trained[1]["rewards"]) == pytest.approx(expected)
+        advantages = trained[0]["advantages"] + trained[1]["advantages"]
+        if expected[0] != expected[1]:
+            assert sorted(advantages) == pytest.approx([-(0.5**0.5), 0.5**0.5], rel=1e-3)

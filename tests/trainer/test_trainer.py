@@ -107,16 +107,11 @@ def test_trained_rows_are_the_selected_ones(tmp_path):
         rewards = torch.tensor([r for _, r in pool], dtype=torch.float64).view(-1, n)
         chosen = select_rollouts(rewards, m)
         expected = Counter(pool[g * n + i][0] for g, row in enumerate(chosen.tolist()) for i in row)
-        ids = [
-            row[mask.bool()]
-            for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)
-        ]
+        ids = [row[mask.bool()] for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)]
         got = Counter(tokenizer.decode(row, skip_special_tokens=True) for row in ids)
         assert got == expected
         # Advantages are normalised over each selected group: they sum to ~0 within every prompt.
-        by_text = {
-            text: adv for text, adv in zip(got.elements(), output["advantages"].tolist(), strict=False)
-        }
+        by_text = {text: adv for text, adv in zip(got.elements(), output["advantages"].tolist(), strict=False)}
         assert len(by_text) > 0
 
 
@@ -158,9 +153,7 @@ def test_lora(tmp_path):
     )
     lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
-    assert lora and any(
-        not torch.equal(p, dict(trainer.model.named_parameters())[n]) for n, p in lora.items()
-    )
+    assert lora and any(not torch.equal(p, dict(trainer.model.named_parameters())[n]) for n, p in lora.items())
 
 
 def test_selection_metrics_are_consistent(tmp_path):

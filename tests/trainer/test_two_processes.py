@@ -25,9 +25,7 @@ def test_selection_spans_processes(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["params_sum"] == pytest.approx(ranks[1]["params_sum"], rel=1e-9)  # replicas stay in sync
     for generation in range(2):
-        pool = torch.tensor(
-            ranks[0]["pools"][generation] + ranks[1]["pools"][generation], dtype=torch.float64
-        )
+        pool = torch.tensor(ranks[0]["pools"][generation] + ranks[1]["pools"][generation], dtype=torch.float64)
         assert pool.numel() == 8  # each process generated half of the prompt's pool
         expected = sorted(pool[select_rollouts(pool.view(1, 8), 2)[0]].tolist())
         trained = [ranks[r]["trained"][generation] for r in (0, 1)]

@@ -36,10 +36,7 @@ original = trainer._generate_and_score_completions
 
 def spy(inputs):
     output = original(inputs)
-    ids = [
-        row[mask.bool()]
-        for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)
-    ]
+    ids = [row[mask.bool()] for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)]
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     trained.append({"rewards": vowel_reward(texts), "advantages": output["advantages"].tolist()})
     return output

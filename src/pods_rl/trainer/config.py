@@ -41,9 +41,7 @@ class PODSConfig(GRPOConfig):
 
     num_selected: int | None = field(
         default=None,
-        metadata={
-            "help": "m: rollouts per prompt kept for the update (2..num_generations); None keeps all n."
-        },
+        metadata={"help": "m: rollouts per prompt kept for the update (2..num_generations); None keeps all n."},
     )
     selection_rule: str = field(
         default="max_variance",
@@ -68,9 +66,7 @@ class PODSConfig(GRPOConfig):
         if self.selection_rule not in SELECTION_RULES:
             raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {self.selection_rule!r}.")
         if self.advantage_stats not in ADVANTAGE_STATS:
-            raise ValueError(
-                f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}."
-            )
+            raise ValueError(f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}.")
         if self.scale_rewards not in ("group", "none", True, False):
             raise ValueError(
                 f"scale_rewards={self.scale_rewards!r} is not supported by PODS: advantages are normalised per "
@@ -97,9 +93,4 @@ class PODSConfig(GRPOConfig):
     @property
     def local_pool_size(self) -> int:
         """Rollouts each process generates per generation batch."""
-        return (
-            self.per_device_train_batch_size
-            * self.steps_per_generation
-            * self.num_generations
-            // self.num_selected
-        )
+        return self.per_device_train_batch_size * self.steps_per_generation * self.num_generations // self.num_selected

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather_object
@@ -33,7 +33,7 @@ PHASES = ("generate", "score", "select", "update")
 class PODSTrainer(GRPOTrainer):
     """Drop-in for `trl.GRPOTrainer` (same constructor) that trains on `num_selected` of `num_generations` rollouts."""
 
-    _tag_names = ["trl", "grpo", "pods"]
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "pods"]
     _name = "PODS"
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: PODSConfig | None = None, **kwargs: Any):
@@ -56,9 +56,7 @@ class PODSTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ data: pools of n per prompt
     def get_train_dataloader(self):
         if not hasattr(self.train_dataset, "__len__"):
-            raise ValueError(
-                "PODSTrainer needs a map-style (sized) train_dataset to draw whole pools per prompt."
-            )
+            raise ValueError("PODSTrainer needs a map-style (sized) train_dataset to draw whole pools per prompt.")
         return self._get_dataloader(
             dataset=self.train_dataset,
             description="Training",
@@ -116,9 +114,7 @@ class PODSTrainer(GRPOTrainer):
 
     def _down_sample(self, prompts: list, generated: tuple) -> tuple:
         """Score the pool, select m rollouts per prompt and keep this process's share of them."""
-        (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = (
-            generated
-        )
+        (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
         inputs = self._pool_inputs
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
 
@@ -153,14 +149,11 @@ class PODSTrainer(GRPOTrainer):
             **{f"extra:{key}": value for key, value in extra_fields.items() if isinstance(value, list)},
         }
         local_rows = [
-            {key: value[i] for key, value in columns.items() if value is not None}
-            for i in range(len(prompts))
+            {key: value[i] for key, value in columns.items() if value is not None} for i in range(len(prompts))
         ]
         all_rows = gather_object(local_rows) if self.accelerator.num_processes > 1 else local_rows
         share = len(global_rows) // self.accelerator.num_processes
-        mine = global_rows[
-            self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share
-        ]
+        mine = global_rows[self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share]
         rows = [all_rows[i] for i in mine.tolist()]
         device = self.accelerator.device
         self._selected_rewards_per_func = rewards_per_func[global_rows.to(rewards_per_func.device)]
@@ -214,9 +207,7 @@ class PODSTrainer(GRPOTrainer):
         else:
             best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
             best_var = pool_rewards.gather(1, best).var(dim=1, unbiased=False)
-        pool_var = torch.stack(
-            [row[ok].var(unbiased=False) for row, ok in zip(pool_rewards, scorable, strict=True)]
-        )
+        pool_var = torch.stack([row[ok].var(unbiased=False) for row, ok in zip(pool_rewards, scorable, strict=True)])
         metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())

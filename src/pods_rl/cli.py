@@ -1,0 +1,179 @@
+"""The `pods` command: train, eval, compare, and list tasks and models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="PODS: GRPO that trains on the most informative m of n rollouts per prompt.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+
+
+def _fail(error: Exception) -> None:
+    console.print(f"[bold red]error:[/] {error}")
+    raise typer.Exit(2)
+
+
+def _cli_overrides(**options: Any) -> list[dict[str, Any]]:
+    """Named command-line options as nested overrides (only those the user gave)."""
+    from pods_rl.run.settings import parse_override
+
+    places = {
+        "model": ("model",),
+        "task": ("task",),
+        "seed": ("seed",),
+        "time_budget": ("time_budget",),
+        "num_generations": ("trainer", "num_generations"),
+        "num_selected": ("trainer", "num_selected"),
+        "selection_rule": ("trainer", "selection_rule"),
+        "learning_rate": ("trainer", "learning_rate"),
+        "max_steps": ("trainer", "max_steps"),
+        "eval_every": ("eval", "every_steps"),
+    }
+    overrides = []
+    for name, path in places.items():
+        value = options.get(name)
+        if value is not None:
+            for key in reversed(path):
+                value = {key: value}
+            overrides.append(value)
+    if options.get("lora_r"):
+        overrides.append({"lora": {"r": options["lora_r"], "lora_alpha": 2 * options["lora_r"]}})
+    overrides.extend(parse_override(text) for text in options.get("set") or [])
+    return overrides
+
+
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (see configs/).")] = None,
+    output_dir: Annotated[Path | None, typer.Option(help="Run folder (default: a new folder under runs/).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue the run in this folder from its last checkpoint.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing run in --output-dir.")] = False,
+    model: Annotated[str | None, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")] = None,
+    task: Annotated[str | None, typer.Option(help="Task name; see `pods tasks`.")] = None,
+    num_generations: Annotated[int | None, typer.Option("--num-generations", "-n", help="Pool size n.")] = None,
+    num_selected: Annotated[int | None, typer.Option("--num-selected", "-m", help="Rollouts trained, m.")] = None,
+    selection_rule: Annotated[str | None, typer.Option(help="max_variance (PODS), max_reward or random.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    time_budget: Annotated[float | None, typer.Option(help="Stop after this many seconds of training.")] = None,
+    eval_every: Annotated[int | None, typer.Option(help="Evaluate every this many steps.")] = None,
+    lora_r: Annotated[int | None, typer.Option(help="Train a LoRA adapter of this rank (alpha = 2r).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the data order, sampling and selection.")] = None,
+    set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Any other setting as KEY=VALUE, e.g. trainer.beta=0.04, task_options.operands=3, "
+            "eval.sampled_k=4, lora.target_modules=[q_proj,v_proj]. Trainer keys are PODSConfig fields.",
+        ),
+    ] = None,
+) -> None:
+    """Train a model with PODS; writes checkpoints, metrics.jsonl, summary.json, report.md and accuracy.png."""
+    from pods_rl.defaults import default_run_settings
+    from pods_rl.run.settings import resolve
+    from pods_rl.run.train import default_output_dir, load_settings_of
+    from pods_rl.run.train import train as run_training
+
+    try:
+        if resume is not None:
+            if config is not None or output_dir is not None:
+                raise ValueError("--resume continues a run with its own settings: drop --config and --output-dir.")
+            settings = load_settings_of(resume)
+            output_dir = resume
+        else:
+            overrides = _cli_overrides(
+                model=model,
+                task=task,
+                seed=seed,
+                time_budget=time_budget,
+                num_generations=num_generations,
+                num_selected=num_selected,
+                selection_rule=selection_rule,
+                learning_rate=learning_rate,
+                max_steps=max_steps,
+                eval_every=eval_every,
+                lora_r=lora_r,
+                set=set,
+            )
+            settings = resolve(default_run_settings(), config, overrides)
+            output_dir = output_dir or default_output_dir(settings)
+        summary = run_training(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
+    except ValueError as error:
+        _fail(error)
+    console.print(f"[bold green]done:[/] {output_dir}")
+    typer.echo(json.dumps(summary, indent=2))
+
+
+@app.command("eval")
+def eval_command(
+    model: Annotated[str, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")],
+    task: Annotated[str, typer.Option(help="Task name; see `pods tasks`.")] = "arithmetic",
+    num_examples: Annotated[int | None, typer.Option(help="Evaluate on the first N test examples.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Completion length limit.")] = 64,
+    sampled_k: Annotated[int, typer.Option(help="Also sampled pass@1 over k samples.")] = 0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature for sampled pass@1.")] = 1.0,
+    batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 64,
+    output: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+) -> None:
+    """Held-out pass@1 accuracy of any model on a task's test split."""
+    from pods_rl.evaluation import evaluate
+    from pods_rl.models import load_model
+    from pods_rl.run.train import check_model_name
+    from pods_rl.tasks import load_task
+
+    try:
+        check_model_name(model)
+        task_bundle = load_task(task)
+    except ValueError as error:
+        _fail(error)
+    dataset = task_bundle.test
+    if num_examples is not None:
+        dataset = dataset.select(range(min(num_examples, len(dataset))))
+    loaded, tokenizer = load_model(model)
+    results = evaluate(
+        loaded,
+        tokenizer,
+        dataset,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        num_samples=sampled_k,
+        temperature=temperature,
+    )
+    results = {"model": model, "task": task, **results}
+    if output is not None:
+        output.write_text(json.dumps(results, indent=2))
+    typer.echo(json.dumps(results, indent=2))
+
+
+@app.command()
+def tasks() -> None:
+    """List the tasks `--task` accepts."""
+    from pods_rl.tasks import list_tasks
+
+    table = Table("task", "description")
+    for name, description in list_tasks():
+        table.add_row(name, description)
+    Console().print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the built-in models (any hub id or local folder works too)."""
+    from pods_rl.models import list_models
+
+    table = Table("model", "description")
+    for name, description in list_models().items():
+        table.add_row(name, description)
+    Console().print(table)

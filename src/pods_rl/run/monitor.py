@@ -1,0 +1,147 @@
+"""The run's clock, evaluations, metrics file and progress display, as one TrainerCallback.
+
+Training time is the sum of optimizer-step durations (on_step_begin to on_step_end): evaluation, checkpoint
+writing and logging happen outside those windows, so "accuracy vs training time" counts only training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from pods_rl.run.settings import EvalSettings
+
+Evaluate = Callable[[Any], dict[str, float]]
+
+
+class RunMonitor(TrainerCallback, ExportableState):
+    """Keeps the training clock, evaluates on schedule, and appends every record to `metrics.jsonl`.
+
+    Its state (clock, evaluation history) is saved inside each checkpoint, so `--resume` continues both.
+    """
+
+    def __init__(
+        self,
+        metrics_path: Path,
+        evaluate: Evaluate,
+        eval_settings: EvalSettings,
+        *,
+        time_budget: float | None = None,
+        is_main: bool = True,
+        console: Console | None = None,
+        train_seconds: float = 0.0,
+        evaluations: list[dict] | None = None,
+    ):
+        self.metrics_path = Path(metrics_path)
+        self.evaluate = evaluate
+        self.eval_settings = eval_settings
+        self.time_budget = time_budget
+        self.is_main = is_main
+        self.console = console or Console(stderr=True)
+        self.train_seconds = train_seconds
+        self.evaluations: list[dict] = evaluations or []
+        self._step_start = 0.0
+        self._last_log: dict[str, float] = {}
+        self._progress: Progress | None = None
+        self._task_id = None
+
+    # ------------------------------------------------------------- checkpointed state
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"train_seconds": self.train_seconds, "evaluations": self.evaluations}}
+
+    def restore(self, state: dict) -> None:
+        self.train_seconds = state["attributes"]["train_seconds"]
+        self.evaluations = list(state["attributes"]["evaluations"])
+
+    # ------------------------------------------------------------- trainer events
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.is_main:
+            self._start_progress(state)
+        if not self.evaluations:
+            self._evaluate(state, model)  # the base accuracy, before the first update
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.train_seconds += time.perf_counter() - self._step_start
+        if self.time_budget is not None and self.train_seconds >= self.time_budget:
+            control.should_training_stop = True
+        if self._eval_due(state) or control.should_training_stop or state.global_step >= state.max_steps:
+            self._evaluate(state, model)
+        self._update_progress(state)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "train_runtime" in logs:
+            return
+        self._last_log = dict(logs)
+        self._write({"type": "step", "step": state.global_step, "train_seconds": self.train_seconds, **logs})
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if not self.evaluations or self.evaluations[-1]["step"] != state.global_step:
+            self._evaluate(state, model)
+        if self._progress is not None:
+            self._update_progress(state)
+            self._progress.stop()
+
+    # ------------------------------------------------------------- helpers
+    def _eval_due(self, state) -> bool:
+        last = self.evaluations[-1] if self.evaluations else {"step": 0, "train_seconds": 0.0}
+        if self.eval_settings.every_seconds is not None:
+            return self.train_seconds - last["train_seconds"] >= self.eval_settings.every_seconds
+        every = self.eval_settings.every_steps
+        return every is not None and state.global_step - last["step"] >= every
+
+    def _evaluate(self, state, model) -> None:
+        results = self.evaluate(model)
+        record = {"step": state.global_step, "train_seconds": self.train_seconds, **results}
+        self.evaluations.append(record)
+        self._write({"type": "eval", **record})
+
+    def _write(self, record: dict) -> None:
+        if not self.is_main:
+            return
+        with self.metrics_path.open("a") as file:
+            file.write(json.dumps(record, default=float) + "\n")
+
+    def _start_progress(self, state) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]step {task.completed:.0f}/{task.total:.0f}"),
+            BarColumn(),
+            TextColumn("reward {task.fields[reward]}  selected {task.fields[selected]}  acc {task.fields[acc]}"),
+            TextColumn("train {task.fields[train]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task_id = self._progress.add_task(
+            "train", total=state.max_steps, completed=state.global_step, reward="-", selected="-", acc="-", train="-"
+        )
+        self._progress.start()
+
+    def _update_progress(self, state) -> None:
+        if self._progress is None:
+            return
+        accuracy = self.evaluations[-1]["accuracy"] if self.evaluations else math.nan
+        self._progress.update(
+            self._task_id,
+            completed=state.global_step,
+            reward=_fmt(self._last_log.get("pods/pool_reward_mean", self._last_log.get("reward"))),
+            selected=_fmt(self._last_log.get("pods/selected_reward_mean")),
+            acc=_fmt(accuracy),
+            train=f"{self.train_seconds:.0f}s",
+        )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"

@@ -1,0 +1,199 @@
+"""`pods train`: a PODS run with evaluation, checkpoints, metrics, a summary and a report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pods_rl.models import BUILTIN_MODELS
+from pods_rl.run.monitor import RunMonitor
+from pods_rl.run.report import write_report
+from pods_rl.run.settings import RunSettings, load_yaml
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def default_output_dir(settings: RunSettings) -> Path:
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{settings.task}-{Path(settings.model).name}".replace(":", "_")
+    return Path("runs") / name
+
+
+def check_model_name(name: str) -> None:
+    if name in BUILTIN_MODELS or Path(name).exists() or HUB_ID.match(name):
+        return
+    raise ValueError(
+        f"Unknown model {name!r}: use a built-in model {sorted(BUILTIN_MODELS)}, a local folder, or a Hugging Face "
+        "hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
+    )
+
+
+def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix two runs in one folder unless told to resume or overwrite."""
+    if resume:
+        if not (output_dir / CONFIG_FILE).exists():
+            raise ValueError(f"--resume {output_dir}: no run there ({CONFIG_FILE} is missing).")
+        return
+    if output_dir.exists() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise ValueError(
+                f"Output directory {output_dir} already holds files: pass --resume to continue that run or "
+                "--overwrite to replace it."
+            )
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint (checkpoints are renamed into place only once fully written)."""
+    steps = [(int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    return max(steps)[1] if steps else None
+
+
+def load_settings_of(output_dir: Path) -> RunSettings:
+    return RunSettings.from_dict(load_yaml((output_dir / CONFIG_FILE).read_text()), where=str(output_dir / CONFIG_FILE))
+
+
+def train(
+    settings: RunSettings,
+    output_dir: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) training; returns the summary also written to `summary.json`."""
+    console = console or Console(stderr=True)
+    output_dir = Path(output_dir)
+    # Everything that can be checked without loading a model is checked first.
+    args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
+    check_model_name(settings.model)
+    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite)
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    from pods_rl.tasks import load_task
+
+    task = load_task(settings.task, **settings.task_options)
+    if not resume:
+        (output_dir / CONFIG_FILE).write_text(_dump_yaml(settings.to_dict()))
+    _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+
+    from peft import LoraConfig
+
+    from pods_rl.evaluation import evaluate
+    from pods_rl.models import load_model
+    from pods_rl.trainer import PODSTrainer
+
+    model, tokenizer = load_model(settings.model)
+    if args.reward_weights is None:
+        args.reward_weights = task.reward_weights
+    eval_set = (
+        task.test
+        if settings.eval.num_examples is None
+        else task.test.select(range(min(settings.eval.num_examples, len(task.test))))
+    )
+    max_new_tokens = settings.eval.max_new_tokens or args.max_completion_length
+
+    def run_eval(eval_model) -> dict[str, float]:
+        return evaluate(
+            eval_model,
+            tokenizer,
+            eval_set,
+            max_new_tokens=max_new_tokens,
+            batch_size=settings.eval.batch_size,
+            num_samples=settings.eval.sampled_k,
+            temperature=args.temperature,
+            seed=settings.seed,
+        )
+
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard"))
+    trainer = PODSTrainer(
+        model=model,
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=task.train,
+        processing_class=tokenizer,
+        peft_config=LoraConfig(**settings.lora) if settings.lora else None,
+    )
+    monitor = RunMonitor(
+        output_dir / METRICS_FILE,
+        run_eval,
+        settings.eval,
+        time_budget=settings.time_budget,
+        is_main=trainer.accelerator.is_main_process,
+        console=console,
+    )
+    if checkpoint is not None:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["RunMonitor"]
+        monitor.restore(state)
+    trainer.add_callback(monitor)
+    _quiet_transformers_printing(trainer)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+    if trainer.accelerator.is_main_process:
+        trainer.save_model(str(output_dir / "final"))
+        summary = _summary(settings, monitor, trainer.state.global_step)
+        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_report(output_dir, settings, summary, monitor.evaluations)
+    else:
+        summary = _summary(settings, monitor, trainer.state.global_step)
+    trainer.accelerator.wait_for_everyone()
+    return summary
+
+
+def _run_trainer_fields(settings: RunSettings) -> dict[str, Any]:
+    """Trainer settings the run owns: logging every step and its own progress display."""
+    fields: dict[str, Any] = {"logging_steps": 1, "disable_tqdm": True}
+    fields.setdefault("report_to", settings.trainer.get("report_to", ["tensorboard"]))
+    return {k: v for k, v in fields.items() if k not in settings.trainer or k == "report_to"}
+
+
+def _quiet_transformers_printing(trainer) -> None:
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
+def _truncate_metrics(path: Path, checkpoint: Path | None) -> None:
+    """On resume, drop records written after the checkpoint we continue from: they will be produced again."""
+    if not path.exists():
+        return
+    step = int(checkpoint.name.split("-")[1]) if checkpoint else 0
+    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _summary(settings: RunSettings, monitor: RunMonitor, steps: int) -> dict[str, Any]:
+    evaluations = monitor.evaluations
+    accuracies = [e["accuracy"] for e in evaluations]
+    peak = max(range(len(accuracies)), key=accuracies.__getitem__)
+    summary = {
+        "model": settings.model,
+        "task": settings.task,
+        "base_accuracy": accuracies[0],
+        "final_accuracy": accuracies[-1],
+        "peak_accuracy": accuracies[peak],
+        "peak_step": evaluations[peak]["step"],
+        "peak_train_seconds": evaluations[peak]["train_seconds"],
+        "train_seconds": monitor.train_seconds,
+        "steps": steps,
+        "num_eval_examples": evaluations[-1].get("num_examples"),
+    }
+    if "accuracy_sampled" in evaluations[-1]:
+        summary["base_accuracy_sampled"] = evaluations[0]["accuracy_sampled"]
+        summary["final_accuracy_sampled"] = evaluations[-1]["accuracy_sampled"]
+    return summary
+
+
+def _dump_yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)

@@ -177,3 +177,67 @@ def models() -> None:
     for name, description in list_models().items():
         table.add_row(name, description)
     Console().print(table)
+
+
+@app.command()
+def compare(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Compare config (see configs/compare-*.yaml).")
+    ] = None,
+    output_dir: Annotated[Path | None, typer.Option(help="Comparison folder (default: a new folder in runs/).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Finish the comparison in this folder: keep finished runs, train the rest.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing comparison.")] = False,
+    arm: Annotated[list[str] | None, typer.Option("--arm", help="Run only this arm (repeatable).")] = None,
+    seed: Annotated[list[int] | None, typer.Option("--seed", help="Seeds to run (repeatable).")] = None,
+    model: Annotated[str | None, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")] = None,
+    task: Annotated[str | None, typer.Option(help="Task name; see `pods tasks`.")] = None,
+    num_generations: Annotated[int | None, typer.Option("--num-generations", "-n", help="Pool size n.")] = None,
+    num_selected: Annotated[int | None, typer.Option("--num-selected", "-m", help="Rollouts trained, m.")] = None,
+    prompts_per_step: Annotated[int | None, typer.Option(help="Prompts per optimizer step, in every arm.")] = None,
+    time_budget: Annotated[float | None, typer.Option(help="Seconds of training per run.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan and stop.")] = False,
+    set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Any other setting as KEY=VALUE: run settings shared by the arms (trainer.learning_rate=1e-4, "
+            "eval.every_seconds=20), comparison keys (target=0.99) or one arm's (arms.pods.trainer.beta=0.04).",
+        ),
+    ] = None,
+) -> None:
+    """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
+    from pods_rl.run.compare import ArmFailed, default_compare_dir, load_compare, plan_table, resolve_compare
+    from pods_rl.run.compare import run_comparison as run_arms
+
+    try:
+        if resume is not None:
+            if config is not None or output_dir is not None:
+                raise ValueError(
+                    "--resume finishes a comparison with its saved settings: drop --config and --output-dir."
+                )
+            settings = load_compare(resume)
+            output_dir = resume
+        else:
+            named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
+            overrides = [{key: value} for key, value in named.items() if value is not None]
+            overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
+            settings = resolve_compare(config, overrides, only=arm)
+            output_dir = output_dir or default_compare_dir(settings)
+        console.print(plan_table(settings))
+        if dry_run:
+            return
+        comparison = run_arms(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
+    except (ValueError, ArmFailed) as error:
+        _fail(error)
+    console.print(f"[bold green]done:[/] {output_dir}/comparison.md")
+    typer.echo(
+        json.dumps(
+            {
+                name: {k: result[k] for k in ("time_to_target", "speedup")}
+                for name, result in comparison["arms"].items()
+            },
+            indent=2,
+        )
+    )

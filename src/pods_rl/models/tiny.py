@@ -1,0 +1,202 @@
+"""`tiny`: a small Llama built in code, warm-started on arithmetic so RL has something to improve.
+
+The tokenizer is a byte-level BPE trained here (digits kept one per token, the answer tags and chat
+roles as single tokens). The warm start is a short supervised fine-tune on arithmetic demonstrations of
+which a fraction is deliberately flawed (the work done, but the first step's value answered), so the
+model starts partly right, as an instruct model does, with a mistake that RL can find and fix.
+The result is cached under a folder named by a hash of the recipe: a changed recipe rebuilds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from pods_rl.tasks.base import SYSTEM_PROMPT
+
+# Bumped whenever the code below changes what a recipe builds, so old caches are not reused.
+BUILD_VERSION = 2
+
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+EOS_TOKEN = "<|end|>"
+PAD_TOKEN = "<|pad|>"
+TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+
+# The paper's format in few tokens: a tiny model pays for every prompt token on every rollout.
+TINY_SYSTEM_PROMPT = "Think in <think>\n...\n</think>, then answer in <answer>\n...\n</answer>."
+
+# The arithmetic task the warm start is fitted on, and that the default RL run trains on: 3-operand sums
+# and differences of one-digit numbers, two steps each (4000 distinct; 3000 train, 200 held out).
+TINY_TASK_OPTIONS = {
+    "operands": [3],
+    "digits": 1,
+    "operators": "+-",
+    "num_train": 3000,
+    "num_test": 200,
+    "system_prompt": TINY_SYSTEM_PROMPT,
+}
+
+# Each turn is its role token then its text; assistant turns end with EOS. Compact on purpose:
+# every prompt token costs a tiny model compute on every rollout.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """Everything that determines the built checkpoint; its hash names the cache folder."""
+
+    # Model: a 2-layer Llama with tied embeddings.
+    hidden_size: int = 64
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    vocab_size: int = 384
+    seed: int = 0
+    # Warm start: SFT on demonstrations of the arithmetic train split.
+    task_options: dict = field(default_factory=lambda: dict(TINY_TASK_OPTIONS))
+    flawed_fraction: float = 0.6
+    sft_steps: int = 600
+    sft_batch_size: int = 32
+    sft_learning_rate: float = 3e-3
+
+    def key(self) -> str:
+        """Short stable hash of the recipe and the build code version."""
+        payload = json.dumps({"build": BUILD_VERSION, **dataclasses.asdict(self)}, sort_keys=True, default=list)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """Where built models live: $PODS_RL_CACHE, else ~/.cache/pods-rl."""
+    return Path(os.environ.get("PODS_RL_CACHE", Path.home() / ".cache" / "pods-rl"))
+
+
+def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on the prompt text; byte-level so that any string round-trips."""
+    corpus = [
+        SYSTEM_PROMPT,
+        TINY_SYSTEM_PROMPT,
+        "Compute 12+3*4-5.",
+        "<think>\n1+2=3\n3*4=12\n</think>\n<answer>\n-9\n</answer>",
+    ]
+    tok = Tokenizer(models.BPE())
+    # Digits are split one per token so that numbers are spelled out, which a tiny model learns faster.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD_TOKEN, EOS_TOKEN, *ROLE_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus * 4, trainer=trainer)
+    tok.add_tokens(TAG_TOKENS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=ROLE_TOKENS,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=512,
+    )
+
+
+def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    """A freshly initialised Llama sized by the recipe (seeded, so builds are reproducible)."""
+    torch.manual_seed(recipe.seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def warm_start(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, recipe: TinyRecipe, out: Path) -> None:
+    """Supervised fine-tuning on (partly flawed) arithmetic demonstrations, loss on completions only."""
+    from trl import SFTConfig, SFTTrainer
+
+    from pods_rl.tasks.arithmetic import load_arithmetic, sft_dataset
+
+    task = load_arithmetic(seed=recipe.seed, **recipe.task_options)
+    train = sft_dataset(task.train, flawed_fraction=recipe.flawed_fraction, seed=recipe.seed)
+    args = SFTConfig(
+        output_dir=str(out / "sft"),
+        max_steps=recipe.sft_steps,
+        per_device_train_batch_size=recipe.sft_batch_size,
+        learning_rate=recipe.sft_learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(20, recipe.sft_steps // 10),
+        weight_decay=0.0,
+        seed=recipe.seed,
+        bf16=False,
+        activation_checkpointing=False,
+        use_cpu=True,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=max(1, recipe.sft_steps // 10),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer).train()
+    shutil.rmtree(out / "sft", ignore_errors=True)
+
+
+def build_tiny(recipe: TinyRecipe | None = None, *, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Return the folder of the warm-started checkpoint for `recipe`, building it first if needed.
+
+    The build writes into a temporary sibling folder and renames it into place, so an interrupted or
+    concurrent build never leaves a half-written checkpoint where a later load would find it.
+    """
+    recipe = recipe or TinyRecipe()
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    final = root / f"tiny-{recipe.key()}"
+    if (final / "config.json").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    try:
+        tokenizer = build_tokenizer(recipe.vocab_size)
+        model = build_model(recipe, tokenizer)
+        if recipe.sft_steps > 0:
+            warm_start(model, tokenizer, recipe, tmp)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "recipe.json").write_text(json.dumps(dataclasses.asdict(recipe), indent=2, default=list))
+        try:
+            tmp.rename(final)
+        except OSError:  # another process finished the same build first: keep theirs
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,58 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from pods_rl.models import list_models, load_model
+from pods_rl.models.tiny import TinyRecipe, build_tiny, build_tokenizer
+from pods_rl.tasks.base import SYSTEM_PROMPT
+
+QUICK = TinyRecipe(hidden_size=16, intermediate_size=32, num_heads=2, sft_steps=3, sft_batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def test_tokenizer_round_trips_and_spells_digits(tokenizer) -> None:
+    text = "<think>\n12+3=15\n15*-4=-60\n</think>\n<answer>\n-60\n</answer> héllo"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    assert "<think>" in tokens and "</answer>" in tokens and "1" in tokens and "12" not in tokens
+
+
+def test_chat_template_is_compact_and_ends_turns(tokenizer) -> None:
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Compute 1+2."}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == f"<|system|>{SYSTEM_PROMPT}<|user|>Compute 1+2.<|assistant|>"
+    full = tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": "3"}], tokenize=False)
+    assert full == prompt + "3" + tokenizer.eos_token
+    assert len(tokenizer(prompt)["input_ids"]) < 80  # the system prompt is mostly whole-word tokens
+
+
+def test_recipe_key_tracks_the_recipe() -> None:
+    assert TinyRecipe().key() == TinyRecipe().key()
+    assert TinyRecipe().key() != TinyRecipe(sft_steps=1).key()
+    assert TinyRecipe().key() != TinyRecipe(task_options={"operators": "+"}).key()
+
+
+def test_build_warm_start_and_reload_from_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PODS_RL_CACHE", str(tmp_path))
+    path = build_tiny(QUICK)
+    assert path.parent == tmp_path and path.name == f"tiny-{QUICK.key()}"
+    assert (path / "model.safetensors").exists() and (path / "recipe.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp folders left behind
+    mtime = (path / "model.safetensors").stat().st_mtime
+    assert build_tiny(QUICK) == path and (path / "model.safetensors").stat().st_mtime == mtime
+
+    model, tok = load_model(str(path))
+    assert type(model).__name__ == "LlamaForCausalLM" and tok.chat_template and tok.pad_token == "<|pad|>"
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Compute 1+2."}], add_generation_prompt=True)
+    out = model.generate(torch.tensor([prompt["input_ids"]]), max_new_tokens=3, do_sample=False)
+    assert out.shape[1] <= len(prompt["input_ids"]) + 3
+
+
+def test_list_models() -> None:
+    assert {"tiny", "smollm2-135m"} <= set(list_models())

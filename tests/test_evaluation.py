@@ -1,0 +1,59 @@
+import pytest
+import torch
+from datasets import Dataset
+
+from pods_rl.evaluation import evaluate
+from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    tok = build_tokenizer()
+    return build_model(TinyRecipe(hidden_size=16, intermediate_size=32, num_heads=2), tok), tok
+
+
+def _dataset(n: int) -> Dataset:
+    prompts = [[{"role": "user", "content": f"Compute {i}+{i}."}] for i in range(n)]
+    return Dataset.from_dict({"prompt": prompts, "answer": [str(2 * i) for i in range(n)]})
+
+
+def test_greedy_and_sampled_accuracy_in_range_and_mode_restored(model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    model.train()
+    result = evaluate(model, tok, _dataset(5), max_new_tokens=4, batch_size=2, num_samples=2)
+    assert result["num_examples"] == 5 and result["num_samples"] == 2
+    assert 0.0 <= result["accuracy"] <= 1.0 and 0.0 <= result["accuracy_sampled"] <= 1.0
+    assert model.training
+
+
+def test_exact_value_with_a_stub_reward(model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    model.eval()
+    seen = []
+
+    def stub(completions, answer, **kwargs):
+        seen.extend(answer)
+        assert all(c[0]["role"] == "assistant" for c in completions)
+        return [1.0 if int(a) % 4 == 0 else 0.0 for a in answer]
+
+    result = evaluate(model, tok, _dataset(6), reward=stub, max_new_tokens=2, batch_size=4)
+    assert result == {"num_examples": 6, "accuracy": 0.5} and seen == ["0", "2", "4", "6", "8", "10"]
+    assert not model.training
+
+
+def test_sampling_is_seeded(model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    kwargs = {"max_new_tokens": 6, "greedy": False, "num_samples": 1, "reward": _first_char_is_digit}
+    a = evaluate(model, tok, _dataset(8), seed=1, **kwargs)
+    b = evaluate(model, tok, _dataset(8), seed=1, **kwargs)
+    assert a == b and "accuracy" not in a
+
+
+def _first_char_is_digit(completions, **kwargs):
+    return [float(c[0]["content"][:1].isdigit()) for c in completions]
+
+
+def test_nothing_to_evaluate_raises(model_and_tokenizer) -> None:
+    with pytest.raises(ValueError, match="num_samples"):
+        evaluate(*model_and_tokenizer, _dataset(1), greedy=False)
+    assert torch.is_grad_enabled()

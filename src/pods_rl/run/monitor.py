@@ -2,14 +2,21 @@
 
 Training time is the sum of optimizer-step durations (on_step_begin to on_step_end): evaluation, checkpoint
 writing and logging happen outside those windows, so "accuracy vs training time" counts only training.
+
+While training runs inside `stopping_on_signals()`, SIGINT or SIGTERM stops the run cleanly: the current step
+finishes, a checkpoint is saved, and no evaluation runs (a resumed run makes up the one that was due). A second
+signal acts at once (the default).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +28,7 @@ from transformers.trainer_callback import ExportableState
 from pods_rl.run.settings import EvalSettings
 
 Evaluate = Callable[[Any], dict[str, float]]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class RunMonitor(TrainerCallback, ExportableState):
@@ -49,6 +57,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.console = console or Console(stderr=True)
         self.train_seconds = train_seconds
         self.evaluations: list[dict] = evaluations or []
+        self.stop_signal: int | None = None  # the signal that asked the run to stop, if one did
         self._step_start = 0.0
         self._last_log: dict[str, float] = {}
         self._progress: Progress | None = None
@@ -62,18 +71,50 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.train_seconds = state["attributes"]["train_seconds"]
         self.evaluations = list(state["attributes"]["evaluations"])
 
+    @contextmanager
+    def stopping_on_signals(self) -> Iterator[None]:
+        """Turn SIGINT/SIGTERM into a stop after the current step, with a checkpoint; handlers restored on exit."""
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+            yield
+            return
+        previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+
+        def request_stop(number: int, frame: Any) -> None:
+            self.stop_signal = number
+            signal.signal(number, previous[number])  # a second signal acts at once
+
+        for number in STOP_SIGNALS:
+            signal.signal(number, request_stop)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def close(self) -> None:
+        """Stop the progress display (also when training ended with an error)."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
     # ------------------------------------------------------------- trainer events
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.is_main:
             self._start_progress(state)
-        if not self.evaluations:
-            self._evaluate(state, model)  # the base accuracy, before the first update
+        # The base accuracy before the first update; on resume, the evaluation a stop by signal skipped.
+        if not self.evaluations or self._eval_due(state):
+            self._evaluate(state, model)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self.train_seconds += time.perf_counter() - self._step_start
+        if self.stop_signal is not None:
+            control.should_save = True
+            control.should_training_stop = True
+            self._update_progress(state)
+            return
         if self.time_budget is not None and self.train_seconds >= self.time_budget:
             control.should_training_stop = True
         if self._eval_due(state) or control.should_training_stop or state.global_step >= state.max_steps:
@@ -87,11 +128,11 @@ class RunMonitor(TrainerCallback, ExportableState):
         self._write({"type": "step", "step": state.global_step, "train_seconds": self.train_seconds, **logs})
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if not self.evaluations or self.evaluations[-1]["step"] != state.global_step:
+        stopped = self.stop_signal is not None  # no evaluation now: the resumed run evaluates on its schedule
+        if not stopped and (not self.evaluations or self.evaluations[-1]["step"] != state.global_step):
             self._evaluate(state, model)
-        if self._progress is not None:
-            self._update_progress(state)
-            self._progress.stop()
+        self._update_progress(state)
+        self.close()
 
     # ------------------------------------------------------------- helpers
     def _eval_due(self, state) -> bool:

@@ -1,4 +1,9 @@
-"""`pods train`: a PODS run with evaluation, checkpoints, metrics, a summary and a report."""
+"""`pods train`: a PODS run with evaluation, checkpoints, metrics, a summary and a report.
+
+Under failure (see docs/reliability.md): checkpoints are complete or absent, `--resume` continues from the newest
+complete one, SIGINT/SIGTERM stop after the current step with a checkpoint (exit status 128 + signal number), and a
+failing reward function stops the run with a checkpoint of the last completed step.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +23,20 @@ from rich.console import Console
 from pods_rl.models import BUILTIN_MODELS
 from pods_rl.run.monitor import RunMonitor
 from pods_rl.run.report import write_report
-from pods_rl.run.settings import RunSettings, load_yaml
+from pods_rl.run.settings import RunSettings, read_yaml
+from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+class RunInterrupted(SystemExit):
+    """SIGINT/SIGTERM stopped the run after saving a checkpoint; exits with the shell's 128 + signal number."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(128 + signal_number)
+        self.signal_number = signal_number
 
 
 def default_output_dir(settings: RunSettings) -> Path:
@@ -53,13 +70,30 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> No
 
 
 def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest complete checkpoint (checkpoints are renamed into place only once fully written)."""
-    steps = [(int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    """The newest complete checkpoint: renamed into place once fully written, so holding its trainer_state.json.
+
+    Staging folders (`.tmp-checkpoint-N`, left by a save that was killed) never match.
+    """
+    steps = [
+        (int(p.name.split("-")[1]), p)
+        for p in output_dir.glob("checkpoint-*")
+        if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     return max(steps)[1] if steps else None
 
 
+def remove_staging(output_dir: Path) -> None:
+    """Delete checkpoints that were being written when a run was killed."""
+    for staging in output_dir.glob(f"{STAGING_PREFIX}checkpoint-*"):
+        shutil.rmtree(staging)
+
+
 def load_settings_of(output_dir: Path) -> RunSettings:
-    return RunSettings.from_dict(load_yaml((output_dir / CONFIG_FILE).read_text()), where=str(output_dir / CONFIG_FILE))
+    """The settings a run in `output_dir` was started with (what `--resume` continues with)."""
+    path = Path(output_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"--resume {output_dir}: no run there ({CONFIG_FILE} is missing).")
+    return RunSettings.from_dict(read_yaml(path), where=str(path))
 
 
 def train(
@@ -81,9 +115,11 @@ def train(
     from pods_rl.tasks import load_task
 
     task = load_task(settings.task, **settings.task_options)
-    if not resume:
-        (output_dir / CONFIG_FILE).write_text(_dump_yaml(settings.to_dict()))
-    _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+    if resume:
+        remove_staging(output_dir)
+        _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+    else:
+        _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
 
     from peft import LoraConfig
 
@@ -113,15 +149,17 @@ def train(
             seed=settings.seed,
         )
 
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard"))
-    trainer = PODSTrainer(
-        model=model,
-        reward_funcs=task.reward_funcs,
-        args=args,
-        train_dataset=task.train,
-        processing_class=tokenizer,
-        peft_config=LoraConfig(**settings.lora) if settings.lora else None,
-    )
+    # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
+    # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder.
+    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")):
+        trainer = PODSTrainer(
+            model=model,
+            reward_funcs=task.reward_funcs,
+            args=args,
+            train_dataset=task.train,
+            processing_class=tokenizer,
+            peft_config=LoraConfig(**settings.lora) if settings.lora else None,
+        )
     monitor = RunMonitor(
         output_dir / METRICS_FILE,
         run_eval,
@@ -135,12 +173,25 @@ def train(
         monitor.restore(state)
     trainer.add_callback(monitor)
     _quiet_transformers_printing(trainer)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        with monitor.stopping_on_signals():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except RewardError:
+        _save_last_completed_step(trainer, output_dir, console)
+        raise
+    finally:
+        monitor.close()
+    if monitor.stop_signal is not None:
+        console.print(
+            f"[bold yellow]stopped by {signal.Signals(monitor.stop_signal).name}[/] at step "
+            f"{trainer.state.global_step} (checkpoint saved): continue with `pods train --resume {output_dir}`"
+        )
+        raise RunInterrupted(monitor.stop_signal)
 
     if trainer.accelerator.is_main_process:
         trainer.save_model(str(output_dir / "final"))
         summary = _summary(settings, monitor, trainer.state.global_step)
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        _write_atomic(output_dir / "summary.json", json.dumps(summary, indent=2))
         write_report(output_dir, settings, summary, monitor.evaluations)
     else:
         summary = _summary(settings, monitor, trainer.state.global_step)
@@ -155,6 +206,19 @@ def _run_trainer_fields(settings: RunSettings) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in settings.trainer or k == "report_to"}
 
 
+@contextmanager
+def _environment_default(name: str, value: str) -> Iterator[None]:
+    """Set environment variable `name` to `value` unless the user set it, for the duration of the block."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        del os.environ[name]
+
+
 def _quiet_transformers_printing(trainer) -> None:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -162,13 +226,43 @@ def _quiet_transformers_printing(trainer) -> None:
     trainer.remove_callback(ProgressCallback)
 
 
+def _save_last_completed_step(trainer, output_dir: Path, console: Console) -> None:
+    """After a reward failure mid-step, checkpoint the last completed step (the update of the failed one never ran).
+
+    Single-process runs only: in a multi-process run the other processes cannot join the save.
+    """
+    step = trainer.state.global_step
+    if step == 0 or trainer.accelerator.num_processes > 1 or (output_dir / f"checkpoint-{step}").exists():
+        return
+    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+    console.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
+
+
 def _truncate_metrics(path: Path, checkpoint: Path | None) -> None:
-    """On resume, drop records written after the checkpoint we continue from: they will be produced again."""
+    """On resume, keep only the records up to the checkpoint we continue from: the rest will be produced again.
+
+    Without a checkpoint the run starts over, so nothing is kept. A torn last line (a write that was killed) is
+    dropped too.
+    """
     if not path.exists():
         return
-    step = int(checkpoint.name.split("-")[1]) if checkpoint else 0
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    step = int(checkpoint.name.split("-")[1]) if checkpoint else -1
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record["step"] <= step:
+            kept.append(line)
+    _write_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file and rename it over `path`: a kill leaves the old file or the new, never half."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def _summary(settings: RunSettings, monitor: RunMonitor, steps: int) -> dict[str, Any]:

@@ -9,25 +9,44 @@ method. To remove the unselected rollouts before any of that, PODS hooks in at t
 2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
 3. `_generate_and_score_completions`: replace TRL's advantages with `group_advantages` (subset or pool stats).
 
+Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`), and every
+plain reward function is wrapped so that a failure or a NaN/inf reward names the function and the sample.
+
 `tests/trainer/test_trl_contract.py` fails loudly if TRL changes the internals these hooks rely on.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import shutil
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather_object
+from safetensors.torch import load_file, save_file
+from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import RepeatSampler, is_async_callable
 
 from pods_rl.core import group_advantages, select_rollouts
 from pods_rl.trainer.config import PODSConfig
 
 PHASES = ("generate", "score", "select", "update")
+# A checkpoint is written under `<output_dir>/.tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
+# complete. The dot keeps staging folders out of every `checkpoint-*` glob (resume, rotation).
+STAGING_PREFIX = ".tmp-"
+SELECTION_RNG_FILE = "pods_rng_state.safetensors"
+
+
+class RewardError(RuntimeError):
+    """A reward function failed or returned a NaN/inf reward; the message names the function and the sample."""
 
 
 class PODSTrainer(GRPOTrainer):
@@ -51,7 +70,58 @@ class PODSTrainer(GRPOTrainer):
         self._selected_rewards_per_func: torch.Tensor | None = None
         self._selected_advantages: torch.Tensor | None = None
         self.phase_seconds: dict[str, float] = defaultdict(float)
+        self._staging_dir: Path | None = None
         self.add_callback(_PhaseClock(self))
+        self.reward_funcs = [
+            func if isinstance(func, nn.Module) or is_async_callable(func) else _guard_reward(func, name)
+            for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ checkpoints: atomic, with the selection RNG
+    def _save_checkpoint(self, model, trial) -> None:
+        """Write the checkpoint into a staging folder, then rename it into place: a kill never leaves half of one.
+
+        The parent writes `<its output dir>/checkpoint-N`; while it runs, `_get_output_dir` answers
+        `<output_dir>/.tmp-checkpoint-N`, so the files land in `.tmp-checkpoint-N/checkpoint-N` first.
+        """
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / f"{STAGING_PREFIX}{name}"
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)  # left by a save that was killed
+        self.accelerator.wait_for_everyone()
+        self._staging_dir = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        self.accelerator.wait_for_everyone()  # every process wrote its part (e.g. its RNG state)
+        if self.args.should_save:
+            target = run_dir / name
+            if target.exists():  # the same step saved again (e.g. after a failure): the new one replaces it
+                shutil.rmtree(target)
+            (staging / name).rename(target)
+            shutil.rmtree(staging)
+            # The parent rotated inside the staging folder; rotate the real checkpoints now that this one counts.
+            rotate_checkpoints(
+                str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint, use_mtime=True
+            )
+        self.accelerator.wait_for_everyone()
+
+    def _get_output_dir(self, trial) -> str:
+        return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have."""
+        super()._save_rng_state(output_dir)
+        if self.args.should_save:
+            save_file({"selection": self._selection_generator.get_state()}, str(Path(output_dir) / SELECTION_RNG_FILE))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        path = Path(checkpoint or "") / SELECTION_RNG_FILE
+        if checkpoint is not None and path.is_file():
+            self._selection_generator.set_state(load_file(str(path))["selection"])
 
     # ------------------------------------------------------------------ data: pools of n per prompt
     def get_train_dataloader(self):
@@ -213,6 +283,66 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
         metrics["pods/rollouts_generated"].append(float(pool_rewards.numel()))
         metrics["pods/rollouts_trained"].append(float(selected.numel()))
+
+
+def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:
+    """`func`, raising RewardError naming `name` and the sample when it raises or returns a NaN/inf reward.
+
+    None stays allowed: in TRL it means "this function does not apply to this sample".
+    """
+
+    @functools.wraps(func)
+    def guarded(*, prompts: list, completions: list, **kwargs: Any) -> list:
+        try:
+            rewards = func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
+            index = _failing_sample(func, prompts, completions, kwargs)
+            where = (
+                _sample(index, prompts, completions)
+                if index is not None
+                else "a batch whose samples all pass on their own"
+            )
+            raise RewardError(f"Reward function {name!r} raised {type(error).__name__}: {error} on {where}.") from error
+        for index, reward in enumerate(rewards):
+            if reward is not None and not _is_finite_number(reward):
+                raise RewardError(
+                    f"Reward function {name!r} returned {reward!r} for {_sample(index, prompts, completions)}: "
+                    "rewards must be finite numbers (or None where the function does not apply)."
+                )
+        return rewards
+
+    return guarded
+
+
+def _failing_sample(func: Callable[..., list], prompts: list, completions: list, kwargs: dict) -> int | None:
+    """The first sample on which `func` raises when called on that sample alone, if any."""
+    size = len(prompts)
+    for index in range(size):
+        row = {k: v[index : index + 1] if isinstance(v, list) and len(v) == size else v for k, v in kwargs.items()}
+        try:
+            func(prompts=prompts[index : index + 1], completions=completions[index : index + 1], **row)
+        except Exception:
+            return index
+    return None
+
+
+def _is_finite_number(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _sample(index: int, prompts: list, completions: list) -> str:
+    return f"sample {index} (prompt {_preview(prompts[index])}, completion {_preview(completions[index])})"
+
+
+def _preview(value: Any, limit: int = 200) -> str:
+    """A prompt or completion, as text and clipped: a chat shows its last message."""
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        value = value[-1].get("content", value[-1])
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> float:

@@ -107,7 +107,7 @@ def train(
                 lora_r=lora_r,
                 set=set,
             )
-            settings = resolve(default_run_settings(), config, overrides)
+            settings = resolve(default_run_settings, config, overrides)
             output_dir = output_dir or default_output_dir(settings)
         summary = run_training(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
     except ValueError as error:

@@ -26,9 +26,6 @@ def no_model_loading(monkeypatch):
         raise AssertionError("a model was loaded before the settings were checked")
 
     monkeypatch.setattr(pods_rl.models, "load_model", fail)
-    # The defaults carry the arithmetic task's options, which another task rejects: start these runs without them.
-    defaults = pods_rl.defaults.default_run_settings
-    monkeypatch.setattr(pods_rl.defaults, "default_run_settings", lambda: {**defaults(), "task_options": {}})
 
 
 def gsm8k_with_train_file(tmp_path: Path, *rows: dict) -> list[str]:

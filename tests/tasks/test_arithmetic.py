@@ -57,7 +57,6 @@ def test_demonstrations_and_flawed_fraction() -> None:
         ({"digits": 0}, "digits"),
         ({"operators": "/"}, "operators"),
         ({"operands": (2,), "operators": "+", "num_train": 100, "num_test": 1}, "num_train \\+ num_test"),
-        ({"reward_weights": [1.0]}, "reward_weights"),
     ],
 )
 def test_bad_options_raise_naming_the_option(kwargs: dict, option: str) -> None:

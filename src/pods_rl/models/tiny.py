@@ -35,13 +35,13 @@ TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
 # The paper's format in few tokens: a tiny model pays for every prompt token on every rollout.
 TINY_SYSTEM_PROMPT = "Think in <think>\n...\n</think>, then answer in <answer>\n...\n</answer>."
 
-# The arithmetic task the warm start is fitted on, and that the default RL run trains on: 3-operand sums
-# and differences of one-digit numbers, two steps each (4000 distinct; 3000 train, 200 held out).
+# The arithmetic task the warm start is fitted on, and that the default RL run trains on: sums of three one-digit
+# numbers, two steps each (1000 distinct: 800 to train, 200 held out from both the warm start and RL).
 TINY_TASK_OPTIONS = {
     "operands": [3],
     "digits": 1,
-    "operators": "+-",
-    "num_train": 3000,
+    "operators": "+",
+    "num_train": 800,
     "num_test": 200,
     "system_prompt": TINY_SYSTEM_PROMPT,
 }

@@ -61,10 +61,10 @@ def default_arms() -> dict[str, dict[str, Any]]:
     }
 
 
-def default_compare_settings() -> dict[str, Any]:
+def default_compare_settings(model: str = "tiny", task: str = "arithmetic") -> dict[str, Any]:
     """The built-in comparison: the default run (tiny model, arithmetic) stopped by a time budget, not a step count."""
     return merge(
-        default_run_settings(),
+        default_run_settings(model, task),
         {
             # The budget ends the runs; a constant learning rate keeps arms with different step counts comparable.
             "trainer": {"max_steps": 1_000_000, "lr_scheduler_type": "constant", "save_strategy": "no"},
@@ -177,7 +177,7 @@ def resolve_compare(
     if "seed" in user:
         raise ValueError(f"{where}: use 'seeds: [...]' (every arm runs every seed), not 'seed'.")
     _reject_derived(user.get("trainer") or {}, where)
-    data = merge(default_compare_settings(), user)
+    data = merge(default_compare_settings(user.get("model", "tiny"), user.get("task", "arithmetic")), user)
     if data["time_budget"] is None and "max_steps" not in (user.get("trainer") or {}):
         raise ValueError(f"{where}: set time_budget (seconds of training per run) or trainer.max_steps.")
     if only:

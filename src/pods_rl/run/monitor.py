@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+from accelerate.utils import broadcast_object_list
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
@@ -110,6 +112,7 @@ class RunMonitor(TrainerCallback, ExportableState):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self.train_seconds += time.perf_counter() - self._step_start
+        self._follow_main_process()
         if self.stop_signal is not None:
             control.should_save = True
             control.should_training_stop = True
@@ -135,6 +138,14 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.close()
 
     # ------------------------------------------------------------- helpers
+    def _follow_main_process(self) -> None:
+        """Every process takes the main process's clock and stop request, so all stop and evaluate on one step."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return
+        shared = [self.train_seconds, self.stop_signal]
+        broadcast_object_list(shared, from_process=0)
+        self.train_seconds, self.stop_signal = shared
+
     def _eval_due(self, state) -> bool:
         last = self.evaluations[-1] if self.evaluations else {"step": 0, "train_seconds": 0.0}
         if self.eval_settings.every_seconds is not None:
@@ -143,7 +154,8 @@ class RunMonitor(TrainerCallback, ExportableState):
         return every is not None and state.global_step - last["step"] >= every
 
     def _evaluate(self, state, model) -> None:
-        results = self.evaluate(model)
+        """Only the main process evaluates; the others keep the record of when, to stay on the same schedule."""
+        results = self.evaluate(model) if self.is_main else {}
         record = {"step": state.global_step, "train_seconds": self.train_seconds, **results}
         self.evaluations.append(record)
         self._write({"type": "eval", **record})

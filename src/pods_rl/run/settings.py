@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,24 @@ class RunSettings:
         unknown = sorted(set(self.trainer) - known)
         if unknown:
             raise ValueError(f"Unknown trainer setting(s) {unknown}: each must be a PODSConfig/GRPOConfig field.")
-        values = {"seed": self.seed, **self.trainer, "output_dir": str(output_dir), **run_fields}
+        values = {"seed": self.seed, **_device_defaults(), **self.trainer, "output_dir": str(output_dir), **run_fields}
         try:
             return PODSConfig(**values)
         except ValueError as error:
             raise ValueError(f"Invalid trainer settings: {error}") from error
+
+
+def _device_defaults() -> dict[str, bool]:
+    """Run on the accelerator when there is one, else on the CPU (where TRL's default bf16 fails).
+
+    `use_cpu` must be explicit on a CPU-only machine: without it transformers does not set up gloo for
+    `accelerate launch`, and each process would train alone.
+    """
+    import torch
+
+    has_accelerator = torch.accelerator.is_available()
+    bf16 = has_accelerator and (not torch.cuda.is_available() or torch.cuda.is_bf16_supported())
+    return {"use_cpu": not has_accelerator, "bf16": bf16}
 
 
 def _reject_unknown(data: dict[str, Any], cls: type, where: str) -> None:
@@ -132,11 +146,12 @@ def parse_override(text: str) -> dict[str, Any]:
     return value
 
 
-def resolve(defaults: dict[str, Any], config_file: Path | None, overrides: list[dict[str, Any]]) -> RunSettings:
-    """Defaults, then the YAML file, then command-line overrides, in that order of precedence."""
-    data = defaults
-    if config_file is not None:
-        data = merge(data, read_yaml(config_file))
+def resolve(
+    defaults: Callable[[str, str], dict[str, Any]], config_file: Path | None, overrides: list[dict[str, Any]]
+) -> RunSettings:
+    """Defaults for the chosen model and task, then the YAML file, then command-line overrides, in that order."""
+    user: dict[str, Any] = read_yaml(config_file) if config_file is not None else {}
     for override in overrides:
-        data = merge(data, override)
+        user = merge(user, override)
+    data = merge(defaults(user.get("model", "tiny"), user.get("task", "arithmetic")), user)
     return RunSettings.from_dict(data, where=str(config_file) if config_file else "settings")

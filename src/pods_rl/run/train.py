@@ -188,13 +188,12 @@ def train(
         )
         raise RunInterrupted(monitor.stop_signal)
 
+    trainer.save_model(str(output_dir / "final"))  # every process: sharded (ZeRO-3, FSDP) models gather here
+    summary: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
-        trainer.save_model(str(output_dir / "final"))
         summary = _summary(settings, monitor, trainer.state.global_step)
         _write_atomic(output_dir / "summary.json", json.dumps(summary, indent=2))
         write_report(output_dir, settings, summary, monitor.evaluations)
-    else:
-        summary = _summary(settings, monitor, trainer.state.global_step)
     trainer.accelerator.wait_for_everyone()
     return summary
 

@@ -114,18 +114,11 @@ def load_arithmetic(
     digits: int = 1,
     operators: str = OPERATORS,
     system_prompt: str = SYSTEM_PROMPT,
-    reward_weights: list[float] | None = None,
 ) -> Task:
     """Generate the arithmetic task: each question draws its operand count uniformly from `operands`."""
     operands = tuple(operands)
     _check_options(num_train, num_test, operands, digits, operators)
-    from pods_rl.rewards import accuracy, format, tags  # lazy: rewards import the grader
-
-    reward_funcs = [accuracy, format, tags]
-    if reward_weights is None:
-        reward_weights = [1.0] * len(reward_funcs)
-    if len(reward_weights) != len(reward_funcs):
-        raise ValueError(f"reward_weights needs {len(reward_funcs)} weights, got {len(reward_weights)}")
+    from pods_rl import rewards  # lazy: rewards import the grader
 
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -149,7 +142,7 @@ def load_arithmetic(
         train=_to_dataset(train, system_prompt),
         test=_to_dataset(test, system_prompt),
         system_prompt=system_prompt,
-        reward_funcs=reward_funcs,
-        reward_weights=list(reward_weights),
+        reward_funcs=list(rewards.REWARD_FUNCS),
+        reward_weights=list(rewards.REWARD_WEIGHTS),
         options=options,
     )

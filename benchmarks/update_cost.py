@@ -17,6 +17,7 @@ import warnings
 
 from rich.console import Console
 from rich.table import Table
+from transformers.trainer_callback import PrinterCallback
 
 from pods_rl import PODSConfig, PODSTrainer
 from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
@@ -27,7 +28,7 @@ MODELS = {
     "wide": dataclasses.replace(TinyRecipe(), hidden_size=256, intermediate_size=1024, num_layers=4),
 }
 POOL = 32
-COMPLETION_TOKENS = 32
+COMPLETION_TOKENS = 64
 
 
 def digit_count(completions, **kwargs) -> list[float]:
@@ -60,6 +61,7 @@ def median_update_seconds(recipe: TinyRecipe, selected: int, steps: int) -> tupl
         trainer = PODSTrainer(
             model=model, reward_funcs=digit_count, args=args, train_dataset=task.train, processing_class=tokenizer
         )
+        trainer.remove_callback(PrinterCallback)  # the table is the output
         trainer.train()
     times = [log["pods/time_update"] for log in trainer.state.log_history if "pods/time_update" in log]
     return statistics.median(times[1:]), sum(p.numel() for p in model.parameters())

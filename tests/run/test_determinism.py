@@ -12,6 +12,7 @@ runner = CliRunner()
 SHORT = [
     "--max-steps", "2", "--eval-every", "1",
     "--set", "trainer.per_device_train_batch_size=16",
+    "--set", "trainer.max_completion_length=24",
     "--set", "task_options.num_train=64",
     "--set", "eval.num_examples=16",
     "--set", "trainer.report_to=[]",

@@ -89,3 +89,10 @@ def test_missing_column_is_named(offline: str, tmp_path: Path) -> None:
 def test_empty_split_is_refused(offline: str) -> None:
     with pytest.raises(ValueError, match="gsm8k test dataset is empty"):
         load_task("gsm8k", data_files=GSM8K_FILES, cache_dir=offline, num_test=0)
+
+
+def test_empty_file_is_refused(offline: str, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"train data file .*empty.jsonl is empty"):
+        load_task("gsm8k", data_files={"train": str(empty), "test": GSM8K_FILES["test"]}, cache_dir=offline)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, concatenate_datasets, load_dataset
@@ -114,6 +115,9 @@ def _load_split(
         if split not in data_files:
             raise ValueError(f"data_files needs a {split!r} entry; got keys {sorted(data_files)}")
         files = data_files[split]
+        for file in [files] if isinstance(files, str) else files:
+            if Path(file).is_file() and Path(file).stat().st_size == 0:
+                raise ValueError(f"{split} data file {file} is empty.")
         sources = [(_builder(files), dict(data_files={split: files}))]
     parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]

@@ -45,6 +45,25 @@ def vowel_reward(completions: list[str], **kwargs) -> list[float]:
     return [sum(c in "aeiou" for c in text) / max(len(text), 1) for text in completions]
 
 
+def make_trainer(tmp_path, trainer_cls=None, config_cls=None, reward=vowel_reward, **overrides):
+    """A PODSTrainer (or another GRPOTrainer class) on the tiny model, saved first so that beta > 0 can load its
+    reference copy."""
+    from pods_rl import PODSConfig, PODSTrainer
+
+    tokenizer = char_tokenizer()
+    args = (config_cls or PODSConfig)(**fast_args(output_dir=str(tmp_path), **overrides))
+    model_dir = tmp_path / "model"
+    tiny_llama(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    return (trainer_cls or PODSTrainer)(
+        model=str(model_dir),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        processing_class=tokenizer,
+    )
+
+
 def fast_args(**overrides) -> dict:
     """Settings that make a TRL GRPO step take well under a second on a CPU."""
     settings = dict(

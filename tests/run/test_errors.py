@@ -6,13 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
-from support import char_tokenizer, fast_args, prompt_dataset, tiny_llama, vowel_reward
+from support import char_tokenizer, make_trainer, vowel_reward
 from typer.testing import CliRunner
 
 import pods_rl.defaults
 import pods_rl.models
 import pods_rl.tasks
-from pods_rl import PODSConfig, PODSTrainer
 from pods_rl.cli import app
 from pods_rl.trainer.trainer import RewardError
 
@@ -139,24 +138,12 @@ def test_failing_reward_names_function_and_sample_after_a_checkpoint(tiny_model_
     assert [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())] == [0, 1]
 
 
-def make_trainer(tmp_path: Path, reward, **overrides) -> PODSTrainer:
-    tokenizer = char_tokenizer()
-    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, num_selected=2, **overrides))
-    return PODSTrainer(
-        model=tiny_llama(tokenizer),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=prompt_dataset(),
-        processing_class=tokenizer,
-    )
-
-
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_nonfinite_reward_is_an_error_naming_the_prompt(tmp_path, bad):
     def unstable(completions, **kwargs):
         return [bad] + [0.5] * (len(completions) - 1)
 
-    trainer = make_trainer(tmp_path, unstable, max_steps=1)
+    trainer = make_trainer(tmp_path, reward=unstable, num_generations=4, num_selected=2, max_steps=1)
     with pytest.raises(RewardError, match=rf"Reward function 'unstable' returned {bad!r} for sample 0 \(prompt 'q"):
         trainer.train()
 
@@ -167,7 +154,7 @@ def test_none_reward_still_means_not_applicable(tmp_path):
     def partial(completions, **kwargs):
         return [None] + [0.5] * (len(completions) - 1)
 
-    make_trainer(tmp_path, [partial, vowel_reward], max_steps=1).train()
+    make_trainer(tmp_path, reward=[partial, vowel_reward], num_generations=4, num_selected=2, max_steps=1).train()
 
 
 @pytest.mark.parametrize("case", ["empty", "truncated"])
@@ -182,7 +169,14 @@ def test_empty_and_truncated_completions_are_scored(tmp_path, case):
         seen.extend(zip(completions, completion_ids, strict=True))
         return vowel_reward(completions)
 
-    trainer = make_trainer(tmp_path, recording, max_steps=1, generation_kwargs={"suppress_tokens": suppress})
+    trainer = make_trainer(
+        tmp_path,
+        reward=recording,
+        num_generations=4,
+        num_selected=2,
+        max_steps=1,
+        generation_kwargs={"suppress_tokens": suppress},
+    )
     trainer.train()
     assert seen
     if case == "empty":

@@ -3,27 +3,12 @@ from collections import Counter
 
 import pytest
 import torch
-from support import char_tokenizer, fast_args, prompt_dataset, tiny_llama, vowel_reward
+from support import char_tokenizer, fast_args, make_trainer, prompt_dataset, tiny_llama, vowel_reward
 from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import PODSConfig, PODSTrainer, select_rollouts
 
 PROMPT_LEN = 4  # every support prompt is four characters
-
-
-def make_trainer(tmp_path, trainer_cls=PODSTrainer, config_cls=PODSConfig, reward=vowel_reward, **overrides):
-    tokenizer = char_tokenizer()
-    args = config_cls(**fast_args(output_dir=str(tmp_path), **overrides))
-    model_dir = tmp_path / "model"  # a saved model, so that beta > 0 can load its reference copy
-    tiny_llama(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    return trainer_cls(
-        model=str(model_dir),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=prompt_dataset(),
-        processing_class=tokenizer,
-    )
 
 
 def count_training_rows(model) -> list[int]:

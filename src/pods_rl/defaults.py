@@ -38,7 +38,7 @@ GENERIC: dict[str, Any] = {
 TINY_ARITHMETIC: dict[str, Any] = {
     "trainer": {
         "per_device_train_batch_size": 64,  # 64 / m = 16 prompts per step
-        "learning_rate": 3e-4,
+        "learning_rate": 1e-4,
         "max_completion_length": 32,
         "temperature": 1.0,
         "max_steps": 250,

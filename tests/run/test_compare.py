@@ -213,7 +213,7 @@ def test_unknown_arm_is_rejected():
         resolve_compare(None, [], only=["nope"])
 
 
-@pytest.mark.parametrize("name", ["compare-tiny.yaml", "compare-smollm2.yaml"])
+@pytest.mark.parametrize("name", ["compare-tiny.yaml", "compare-smollm2.yaml", "compare-smollm2-cpu.yaml"])
 def test_shipped_compare_configs_resolve(name):
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0

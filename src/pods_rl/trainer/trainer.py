@@ -223,13 +223,10 @@ class PODSTrainer(GRPOTrainer):
         ]
         all_rows = gather_object(local_rows) if self.accelerator.num_processes > 1 else local_rows
         share = len(global_rows) // self.accelerator.num_processes
-        mine = global_rows[self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share]
-        rows = [all_rows[i] for i in mine.tolist()]
-        device = self.accelerator.device
+        mine = slice(self.accelerator.process_index * share, (self.accelerator.process_index + 1) * share)
+        rows = [all_rows[i] for i in global_rows[mine].tolist()]
         self._selected_rewards_per_func = rewards_per_func[global_rows.to(rewards_per_func.device)]
-        self._selected_advantages = advantages.flatten()[
-            self.accelerator.process_index * share : (self.accelerator.process_index + 1) * share
-        ].to(device=device, dtype=torch.float32)
+        self._selected_advantages = advantages.flatten()[mine].to(device=self.accelerator.device, dtype=torch.float32)
         tokens = torch.tensor([len(row["completion_ids"]) for row in all_rows], dtype=torch.float64)
         self._log_selection(pool_rewards, scorable, selected, selected_rewards)
         self._metrics["train"]["pods/tokens_generated"].append(tokens.sum().item())
@@ -277,7 +274,9 @@ class PODSTrainer(GRPOTrainer):
         else:
             best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
             best_var = pool_rewards.gather(1, best).var(dim=1, unbiased=False)
-        pool_var = torch.stack([row[ok].var(unbiased=False) for row, ok in zip(pool_rewards, scorable, strict=True)])
+        counts = scorable.sum(dim=1)
+        pool_mean = (pool_rewards * scorable).sum(dim=1, keepdim=True) / counts.unsqueeze(1)
+        pool_var = ((pool_rewards - pool_mean).square() * scorable).sum(dim=1) / counts  # over scorable rollouts
         metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import socket
+import sys
+from pathlib import Path
+
 import torch
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*=?.")
+
+
+def two_process_launch() -> list[str]:
+    """`accelerate launch` for two CPU processes (torchrun + gloo) on a free port.
+
+    accelerate 1.15 runs `--cpu` jobs in a single process; `--multi_gpu` starts torchrun, which uses gloo on a CPU.
+    A fresh port per launch keeps one test's rendezvous from colliding with a previous one still closing.
+    """
+    accelerate = Path(sys.executable).with_name("accelerate")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+            "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:

@@ -3,22 +3,20 @@
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
+
+from support import two_process_launch
 
 
 def test_pods_train_on_two_processes(tiny_model_dir, tmp_path):
-    accelerate = Path(sys.executable).with_name("accelerate")
     out = tmp_path / "run"
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    command += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "pods_rl", "train"]
+    command = [*two_process_launch(), "-m", "pods_rl", "train"]
     command += ["--model", str(tiny_model_dir), "--output-dir", str(out), "-n", "4", "-m", "2", "--max-steps", "2"]
     command += ["--eval-every", "2", "--set", "trainer.per_device_train_batch_size=4"]
     command += ["--set", "task_options.num_train=64", "--set", "task_options.num_test=8"]
     command += ["--set", "trainer.max_completion_length=16", "--set", "trainer.report_to=[]"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

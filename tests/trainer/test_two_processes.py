@@ -3,11 +3,11 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support import two_process_launch
 
 from pods_rl import select_rollouts
 
@@ -15,13 +15,10 @@ SCRIPT = Path(__file__).with_name("two_process_run.py")
 
 
 def test_selection_spans_processes(tmp_path):
-    accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent), "OMP_NUM_THREADS": "1"}
-    # accelerate 1.15 runs `--cpu` jobs in a single process; `--multi_gpu` starts torchrun, which uses gloo on CPU.
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    command += ["--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path)]
+    command = [*two_process_launch(), str(SCRIPT), str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["params_sum"] == pytest.approx(ranks[1]["params_sum"], rel=1e-9)  # replicas stay in sync
     for generation in range(2):

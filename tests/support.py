@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 from pathlib import Path
@@ -15,7 +16,11 @@ CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*=?.")
 
 
 def two_process_launch() -> list[str]:
-    """`accelerate launch` for two CPU processes (torchrun + gloo) on a free port.
+    return process_launch(2)
+
+
+def process_launch(num_processes: int) -> list[str]:
+    """`accelerate launch` for `num_processes` CPU processes (torchrun + gloo) on a free port.
 
     accelerate 1.15 runs `--cpu` jobs in a single process; `--multi_gpu` starts torchrun, which uses gloo on a CPU.
     A fresh port per launch keeps one test's rendezvous from colliding with a previous one still closing.
@@ -24,7 +29,7 @@ def two_process_launch() -> list[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+    return [str(accelerate), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
             "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
 
 
@@ -102,3 +107,118 @@ def fast_args(**overrides) -> dict:
     )
     settings.update(overrides)
     return settings
+
+
+def scripted_rollouts(prompts: list, trainer) -> dict:
+    """A `rollout_func` whose rollouts depend only on the global row and the step, never on the number of processes.
+
+    Row `r` of the generation at step `s` gets the tag `1000 * s + r`, returned as an extra field, and the rollout
+    `scripted_rollout(tag)`.
+    """
+    tokenizer = trainer.processing_class
+    first_row = trainer.accelerator.process_index * len(prompts)
+    tags = [1000 * trainer.state.global_step + first_row + i for i in range(len(prompts))]
+    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
+    return {
+        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
+        "completion_ids": list(completions),
+        "logprobs": list(logprobs),
+        "row_tag": tags,
+    }
+
+
+def scripted_rollout(tokenizer, tag: int) -> tuple[list[int], list[float]]:
+    """Completion ids (2 to 8 tokens, half of them ended by EOS) and log-probs, drawn from a generator seeded by tag."""
+    draw = random.Random(tag)
+    ids = [draw.randrange(3, len(tokenizer)) for _ in range(draw.randint(2, 8))]
+    if draw.random() < 0.5:
+        ids[-1] = tokenizer.eos_token_id
+    return ids, [-draw.random() for _ in ids]
+
+
+def tagged_reward(completions: list[str], row_tag: list[int], log_extra, **kwargs) -> list[float]:
+    """Needs `scripted_rollouts`' extra field. Rollouts in the upper half of a pool of 8 get +1 or -1 on top of a
+    small vowel and tag term, so max-variance selection with m <= 4 keeps only upper-half rows: when a pool spans two
+    processes, the process holding its lower half must receive rows."""
+    log_extra("row_tag", list(row_tag))
+    rewards = []
+    for vowels, tag in zip(vowel_reward(completions), row_tag, strict=True):
+        position = tag % 1000 % 8
+        spread = 0.0 if position < 4 else (-1.0) ** position
+        rewards.append(spread + 0.1 * vowels + 0.01 * (tag % 5))
+    return rewards
+
+
+# Scenarios run on 1, 2 and 4 processes with the same global batch (`per_device_train_batch_size` is per process).
+SCENARIOS = {
+    # 6 trained rows per process with m = 4: every other pool spans two processes; beta > 0, two iterations.
+    "spanning": dict(
+        num_generations=8, num_selected=4, per_device_train_batch_size=6, beta=0.04, num_iterations=2, max_steps=4
+    ),
+    # 4 trained rows per process with m = 2: two whole pools per process, nothing moves; the random rule.
+    "local": dict(
+        num_generations=8,
+        num_selected=2,
+        per_device_train_batch_size=4,
+        selection_rule="random",
+        loss_type="dapo",
+        max_steps=2,
+    ),
+}
+
+
+def run_scenario(name: str, out: Path, num_processes: int, world_size: int) -> dict:
+    """Train scenario `name` with `scripted_rollouts`; the per-process batch is scaled so that the global batch is
+    that of `world_size` processes. Returns what each process trained on and the end state."""
+    from accelerate import PartialState
+
+    from pods_rl import PODSConfig, PODSTrainer
+
+    settings = dict(SCENARIOS[name], loss_type=SCENARIOS[name].get("loss_type", "grpo"))
+    settings["per_device_train_batch_size"] *= world_size // num_processes
+    args = PODSConfig(**fast_args(output_dir=str(out / "run"), **settings))  # joins the process group
+    tokenizer = char_tokenizer()
+    model_dir = out / "model"  # saved, so that beta > 0 can load the reference model
+    state = PartialState()
+    if state.is_main_process:
+        tiny_llama(tokenizer).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+    state.wait_for_everyone()
+    trainer = PODSTrainer(
+        model=str(model_dir),
+        reward_funcs=tagged_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        processing_class=tokenizer,
+        rollout_func=scripted_rollouts,
+    )
+    generations = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        masks = output["completion_mask"].bool()
+
+        def unpadded(key: str) -> list[list]:
+            return [row[mask].tolist() for row, mask in zip(output[key], masks, strict=True)]
+
+        generations.append(
+            {
+                "tags": [row["row_tag"] for row in inputs],  # TRL merged the moved extra field into the inputs
+                "completion_ids": unpadded("completion_ids"),
+                "logprobs": unpadded("sampling_per_token_logps"),
+                "advantages": output["advantages"].tolist(),
+            }
+        )
+        return output
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    return {
+        "generations": generations,
+        "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        "rows_moved": [e["pods/rows_moved"] for e in trainer.state.log_history if "pods/rows_moved" in e],
+        "table_tags": list(trainer._logs["extra"]["row_tag"]),
+        "table_advantages": list(trainer._logs["advantages"]),
+        "params": {k: v.tolist() for k, v in trainer.model.state_dict().items()},
+    }

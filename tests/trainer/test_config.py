@@ -38,12 +38,13 @@ def test_default_keeps_every_rollout(tmp_path):
         (dict(num_generations=8, num_selected=4, selection_rule="best"), "selection_rule must be one of"),
         (dict(num_generations=8, num_selected=4, advantage_stats="all"), "advantage_stats must be one of"),
         (
-            dict(num_generations=8, num_selected=4, scale_rewards="batch"),
-            "scale_rewards='batch' is not supported",
+            # Evaluation generates n (not m) per prompt: GRPOConfig rejects an eval batch of 8 with n = 16.
+            dict(num_generations=16, num_selected=8, per_device_eval_batch_size=8, eval_strategy="steps"),
+            r"eval batch size \(8 \* 1\) must be divisible by the number of generations used for evaluation \(16\)",
         ),
         (
-            dict(num_generations=8, num_selected=4, multi_objective_aggregation="normalize_then_sum"),
-            "sum_then_normalize",
+            dict(num_generations=8, num_selected=4, num_generations_eval=3, eval_strategy="steps"),
+            r"evaluation \(3\)",
         ),
         (
             dict(per_device_train_batch_size=6, num_generations=8, num_selected=4),
@@ -54,3 +55,19 @@ def test_default_keeps_every_rollout(tmp_path):
 def test_inconsistent_settings_fail_at_construction(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make(tmp_path, **{"per_device_train_batch_size": 8, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(scale_rewards="batch"),
+        dict(multi_objective_aggregation="normalize_then_sum"),
+        dict(num_generations_eval=4, per_device_eval_batch_size=4, eval_strategy="steps"),
+    ],
+    ids=lambda kwargs: ",".join(f"{k}={v}" for k, v in kwargs.items()),
+)
+def test_grpo_options_are_accepted(tmp_path, kwargs):
+    config = make(tmp_path, per_device_train_batch_size=8, num_generations=8, num_selected=4, **kwargs)
+    for key, value in kwargs.items():
+        assert getattr(config, key) == value
+    assert config.num_generations_eval == kwargs.get("num_generations_eval")  # None still means "n" to TRL

@@ -67,21 +67,14 @@ class PODSConfig(GRPOConfig):
             raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {self.selection_rule!r}.")
         if self.advantage_stats not in ADVANTAGE_STATS:
             raise ValueError(f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}.")
-        if self.scale_rewards not in ("group", "none", True, False):
-            raise ValueError(
-                f"scale_rewards={self.scale_rewards!r} is not supported by PODS: advantages are normalised per "
-                "prompt group ('group') or not at all ('none')."
-            )
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                "PODS selects on the weighted sum of rewards: use multi_objective_aggregation='sum_then_normalize'."
-            )
-        # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows.
-        self.num_generations = self.num_selected
+        # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows. Evaluation
+        # still generates num_generations_eval (default: n) per prompt, so its batch is checked against that.
+        eval_generations = self.num_generations_eval
+        self.num_generations, self.num_generations_eval = self.num_selected, eval_generations or pool_size
         try:
             super().__post_init__()
         finally:
-            self.num_generations = pool_size
+            self.num_generations, self.num_generations_eval = pool_size, eval_generations
         local_trained_rows = self.per_device_train_batch_size * self.steps_per_generation
         if local_trained_rows * pool_size % self.num_selected:
             raise ValueError(

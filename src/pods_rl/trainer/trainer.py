@@ -3,11 +3,13 @@
 TRL computes old-policy and reference log-probabilities *before* it scores the rollouts, all inside one long
 method. To remove the unselected rollouts before any of that, PODS hooks in at the end of generation:
 
-1. `_generate` (after TRL generated the local pool): score the pool, select m per prompt across all processes,
-   hand each process an equal, contiguous share of the selected rows, and shrink the caller's `prompts` and
+1. `_generate` (after TRL generated the local pool): score the pool (TRL gathers the rewards to every process),
+   select on the rewards of every pool (`_select`), give each process an equal, contiguous share of the selected
+   rows (`exchange.take_rows`: rows move only when a pool spans processes), and shrink the caller's `prompts` and
    `inputs` lists in place to those rows. From here on TRL only ever sees the trained rows.
 2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
-3. `_generate_and_score_completions`: replace TRL's advantages with `group_advantages` (subset or pool stats).
+3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
+   reward metrics and table advantages with the pool's metrics and the advantages used.
 
 Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`), and every
 plain reward function is wrapped so that a failure or a NaN/inf reward names the function and the sample.
@@ -27,16 +29,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from accelerate.utils import gather_object
+from datasets import IterableDataset
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler, is_async_callable
+from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
 
-from pods_rl.core import group_advantages, select_rollouts
 from pods_rl.trainer.config import PODSConfig
+from pods_rl.trainer.exchange import rows_to_move, take_rows
+from pods_rl.trainer.pools import advantages as pool_advantages
+from pods_rl.trainer.pools import grpo_metrics, select_per_group, selection_scores
 
 PHASES = ("generate", "score", "select", "update")
 # A checkpoint is written under `<output_dir>/.tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
@@ -67,8 +71,11 @@ class PODSTrainer(GRPOTrainer):
         # Same seed on every process: the random rule must pick the same rollouts everywhere.
         self._selection_generator = torch.Generator().manual_seed(args.seed)
         self._pool_inputs: list[dict] | None = None
-        self._selected_rewards_per_func: torch.Tensor | None = None
-        self._selected_advantages: torch.Tensor | None = None
+        # Set by `_down_sample` for the rest of the TRL step that called it.
+        self._trained_rewards: torch.Tensor | None = None  # rewards of every process's trained rows, global order
+        self._trained_advantages: torch.Tensor | None = None  # their advantages, global order
+        self._selected_advantages: torch.Tensor | None = None  # this process's
+        self._pool_metrics: dict[str, float] = {}
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self._staging_dir: Path | None = None
         self.add_callback(_PhaseClock(self))
@@ -125,10 +132,20 @@ class PODSTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ data: pools of n per prompt
     def get_train_dataloader(self):
-        if not hasattr(self.train_dataset, "__len__"):
-            raise ValueError("PODSTrainer needs a map-style (sized) train_dataset to draw whole pools per prompt.")
+        """Batches of this process's `local_pool_size` rows: whole pools of n per prompt, laid out prompt by prompt
+        over the processes (the sampler for a map-style dataset, TRL's stream transform for an IterableDataset)."""
+        dataset = self.train_dataset
+        if isinstance(dataset, IterableDataset):
+            if self.shuffle_dataset:
+                dataset = dataset.shuffle(seed=self.args.seed)
+            dataset = repeat_iterable_dataset(
+                dataset,
+                mini_repeat_count=self.args.num_generations,
+                batch_size=self.args.generation_batch_size // self.args.num_selected,
+                repeat_count=self.num_iterations * self.args.steps_per_generation,
+            )
         return self._get_dataloader(
-            dataset=self.train_dataset,
+            dataset=dataset,
             description="Training",
             batch_size=self.args.local_pool_size,
             sampler_fn=self._get_train_sampler,
@@ -155,7 +172,7 @@ class PODSTrainer(GRPOTrainer):
         finally:
             self.num_generations = self.pool_size
             self._pool_inputs = None
-            self._selected_rewards_per_func = None
+            self._trained_rewards = None
         if self._selected_advantages is None:
             raise RuntimeError(
                 "PODSTrainer's selection hook did not run: the installed TRL no longer calls `_generate` from "
@@ -163,7 +180,21 @@ class PODSTrainer(GRPOTrainer):
             )
         output["advantages"] = self._selected_advantages
         self._selected_advantages = None
+        self._correct_trl_logs()
         return output
+
+    def _correct_trl_logs(self) -> None:
+        """TRL just logged its reward metrics over the trained rows and its own advantages for them. Log instead
+        the pool's reward metrics under TRL's names (what GRPO would log; `pods/selected_*` describe the trained
+        subset), and in the completions table the advantages the update used."""
+        metrics = self._metrics["train"]
+        for name, value in self._pool_metrics.items():
+            metrics[name][-1] = value
+        logged = self._logs["advantages"]
+        for _ in range(len(self._trained_advantages)):
+            logged.pop()
+        logged.extend(self._trained_advantages.tolist())
+        self._pool_metrics, self._trained_advantages = {}, None
 
     def _generate(self, prompts: list):
         start = time.perf_counter()
@@ -174,8 +205,8 @@ class PODSTrainer(GRPOTrainer):
         return self._down_sample(prompts, generated)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        if self._selected_rewards_per_func is not None:
-            rewards, self._selected_rewards_per_func = self._selected_rewards_per_func, None
+        if self._trained_rewards is not None:  # the trained rows were scored with their pool
+            rewards, self._trained_rewards = self._trained_rewards, None
             return rewards
         start = time.perf_counter()
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -183,29 +214,43 @@ class PODSTrainer(GRPOTrainer):
         return rewards
 
     def _down_sample(self, prompts: list, generated: tuple) -> tuple:
-        """Score the pool, select m rollouts per prompt and keep this process's share of them."""
+        """Score the pool, select rollouts on the gathered rewards and take this process's share of the selected rows.
+
+        Rewards are the only thing gathered from every process. The selected rows are listed in global order and
+        each process trains on an equal, contiguous share of them; a row generated on another process (only when a
+        prompt's pool spans processes) is sent by `take_rows`, which moves nothing when all pools are local.
+        """
         (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
         inputs = self._pool_inputs
-        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
+        # TRL merges rollout_func's extra fields into the inputs only after `_generate`; the pool is scored here.
+        rewards_per_func = self._calculate_rewards(
+            _merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids
+        )
 
         start = time.perf_counter()
-        n, m = self.pool_size, self.num_selected
+        n, aggregation = self.pool_size, self.multi_objective_aggregation
         weights = self.reward_weights.to(rewards_per_func.device)
-        pool_rewards = (rewards_per_func * weights).nansum(dim=1).view(-1, n).double().cpu()
-        scorable = ~torch.isnan(rewards_per_func).all(dim=1).view(-1, n).cpu()
-        pool_rewards = pool_rewards.masked_fill(~scorable, 0.0)
-        selected = select_rollouts(
-            pool_rewards, m, self.args.selection_rule, valid=scorable, generator=self._selection_generator
-        )
-        selected_rewards = pool_rewards.gather(1, selected)
-        advantages = group_advantages(
-            selected_rewards,
-            scale="none" if self.scale_rewards == "none" else "std",
-            pool=pool_rewards if self.args.advantage_stats == "pool" else None,
-        )
-        global_rows = (selected + torch.arange(len(selected)).unsqueeze(1) * n).flatten()
-
-        # Every process holds every pool row after this gather; each then keeps an equal contiguous share.
+        scores, scorable = selection_scores(rewards_per_func, weights, n, aggregation)
+        selected = self._select(scores, scorable)
+        advantages = pool_advantages(
+            rewards_per_func,
+            weights,
+            n,
+            selected,
+            aggregation=aggregation,
+            scale=self.scale_rewards,
+            stats=self.args.advantage_stats,
+        ).flatten()
+        global_rows = selected.flatten().nonzero().squeeze(1)
+        processes, process = self.accelerator.num_processes, self.accelerator.process_index
+        share = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        if len(global_rows) != processes * share:
+            raise RuntimeError(
+                f"The selection kept {len(global_rows)} rollouts; training needs {processes * share} "
+                f"({processes} processes x {share} rows)."
+            )
+        plan = global_rows.view(processes, share)
+        local_size = len(prompts)
         columns = {
             "prompt": prompts,
             "input": inputs,
@@ -217,71 +262,140 @@ class PODSTrainer(GRPOTrainer):
             "images": images,
             "tool_images": tool_images or None,  # an empty list when no tool ran
             **{f"extra:{key}": value for key, value in extra_fields.items() if isinstance(value, list)},
+            # Columns that reward functions logged through `log_extra`, one value per pool row.
+            **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if len(value) == local_size},
         }
-        local_rows = [
-            {key: value[i] for key, value in columns.items() if value is not None} for i in range(len(prompts))
-        ]
-        all_rows = gather_object(local_rows) if self.accelerator.num_processes > 1 else local_rows
-        share = len(global_rows) // self.accelerator.num_processes
-        mine = slice(self.accelerator.process_index * share, (self.accelerator.process_index + 1) * share)
-        rows = [all_rows[i] for i in global_rows[mine].tolist()]
-        self._selected_rewards_per_func = rewards_per_func[global_rows.to(rewards_per_func.device)]
-        self._selected_advantages = advantages.flatten()[mine].to(device=self.accelerator.device, dtype=torch.float32)
-        tokens = torch.tensor([len(row["completion_ids"]) for row in all_rows], dtype=torch.float64)
-        self._log_selection(pool_rewards, scorable, selected, selected_rewards)
-        self._metrics["train"]["pods/tokens_generated"].append(tokens.sum().item())
-        self._metrics["train"]["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+        if self.environment_factories is not None:
+            columns["environment"] = self._batch_environments
+        rows = take_rows(columns, plan, local_size, process, self.accelerator.device)
+        self._align_environments(plan[process], local_size)
+        for key in columns:
+            if key.startswith("log:"):
+                self._pending_extra_logs[key[4:]] = rows[key]
+        self._trained_rewards = rewards_per_func[global_rows.to(rewards_per_func.device)]
+        self._trained_advantages = advantages[global_rows]
+        self._selected_advantages = advantages[plan[process]].to(device=self.accelerator.device, dtype=torch.float32)
+        self._pool_metrics = grpo_metrics(
+            rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
+        )
+        self._log_selection(scores, scorable, selected, completion_ids, global_rows, plan)
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
-        prompts[:] = [row["prompt"] for row in rows]
-        inputs[:] = [row["input"] for row in rows]
-        self.num_generations = m  # TRL now groups the trained rows by m
+        prompts[:] = rows["prompt"]
+        inputs[:] = rows["input"]
+        self.num_generations = self.num_selected  # TRL now groups the trained rows by m
         self.phase_seconds["select"] += time.perf_counter() - start
 
-        def column(key: str) -> list | None:
-            return None if columns[key] is None else [row[key] for row in rows]
-
         extra = {key: value for key, value in extra_fields.items() if not isinstance(value, list)}
-        extra.update({key[6:]: [row[key] for row in rows] for key in columns if key.startswith("extra:")})
+        extra.update({key[6:]: value for key, value in rows.items() if key.startswith("extra:")})
+        # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
+        images = _dataset_images(rows["input"]) if images is None else rows["images"]
         return (
-            column("prompt_ids"),
-            column("completion_ids"),
-            column("tool_mask"),
-            column("completion"),
-            column("logprobs"),
+            rows["prompt_ids"],
+            rows["completion_ids"],
+            rows["tool_mask"],
+            rows["completion"],
+            rows["logprobs"],
             extra,
-            column("images"),
-            column("tool_images") or [],
+            images,
+            rows["tool_images"] or [],
         )
+
+    def _select(self, scores: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
+        """(G, n) bool mask of the rollouts the update sees: m per prompt, by the configured rule."""
+        return select_per_group(
+            scores, scorable, self.num_selected, self.args.selection_rule, generator=self._selection_generator
+        )
+
+    def _align_environments(self, my_rows: torch.Tensor, local_size: int) -> None:
+        """Keep `environments` row-aligned with the trained rows. Environments cannot move between processes: a row
+        generated elsewhere gets None (TRL reads environments only while generating and scoring, both done)."""
+        if not self.environments:
+            return
+        start = self.accelerator.process_index * local_size
+        self.environments = [
+            self.environments[row - start] if 0 <= row - start < local_size else None for row in my_rows.tolist()
+        ]
 
     def _log_selection(
         self,
-        pool_rewards: torch.Tensor,
+        scores: torch.Tensor,
         scorable: torch.Tensor,
         selected: torch.Tensor,
-        selected_rewards: torch.Tensor,
+        completion_ids: list,
+        global_rows: torch.Tensor,
+        plan: torch.Tensor,
     ) -> None:
         """Log what the selection kept, under `pods/`, so runs can be audited and costed."""
         metrics = self._metrics["train"]
-        valid_pool = pool_rewards[scorable]
-        metrics["pods/pool_reward_mean"].append(valid_pool.mean().item())
-        metrics["pods/pool_reward_std"].append(valid_pool.std().item() if valid_pool.numel() > 1 else 0.0)
-        metrics["pods/selected_reward_mean"].append(selected_rewards.mean().item())
-        metrics["pods/selected_reward_std"].append(selected_rewards.std().item())
-        selected_var = selected_rewards.var(dim=1, unbiased=False)
+        kept = selected & scorable
+        pool_values, kept_values = scores[scorable], scores[kept]
+        metrics["pods/pool_reward_mean"].append(_mean(pool_values))
+        metrics["pods/pool_reward_std"].append(_std(pool_values))
+        metrics["pods/selected_reward_mean"].append(_mean(kept_values))
+        metrics["pods/selected_reward_std"].append(_std(kept_values))
+        selected_var = _variance(scores, kept)
         if self.args.selection_rule == "max_variance":
             best_var = selected_var
         else:
-            best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
-            best_var = pool_rewards.gather(1, best).var(dim=1, unbiased=False)
-        counts = scorable.sum(dim=1)
-        pool_mean = (pool_rewards * scorable).sum(dim=1, keepdim=True) / counts.unsqueeze(1)
-        pool_var = ((pool_rewards - pool_mean).square() * scorable).sum(dim=1) / counts  # over scorable rollouts
+            best = select_per_group(scores, scorable, self.num_selected, "max_variance")
+            best_var = _variance(scores, best & scorable)
+        pool_var = _variance(scores, scorable)
         metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
-        metrics["pods/rollouts_generated"].append(float(pool_rewards.numel()))
-        metrics["pods/rollouts_trained"].append(float(selected.numel()))
+        metrics["pods/rollouts_generated"].append(float(scores.numel()))
+        metrics["pods/rollouts_trained"].append(float(len(global_rows)))
+        metrics["pods/rows_moved"].append(float(rows_to_move(plan, len(completion_ids))))
+        lengths = torch.tensor([len(ids) for ids in completion_ids], device=self.accelerator.device)
+        tokens = self.accelerator.gather(lengths).double().cpu()
+        metrics["pods/tokens_generated"].append(tokens.sum().item())
+        metrics["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+
+
+def _merge_extra_fields(inputs: list[dict], extra_fields: dict) -> list[dict]:
+    """Copies of `inputs` with rollout_func's extra fields merged in, exactly as TRL merges them before scoring."""
+    if not extra_fields:
+        return inputs
+    merged = []
+    for i, row in enumerate(inputs):
+        row = dict(row)
+        for key, values in extra_fields.items():
+            if isinstance(values, list) and i < len(values):
+                row[key] = values[i]
+            elif not isinstance(values, list):
+                row[key] = values
+        merged.append(row)
+    return merged
+
+
+def _dataset_images(inputs: list[dict]) -> list | None:
+    """The images TRL takes from the dataset rows (`images` or `image` column), for the given rows."""
+    if not inputs:
+        return None
+    if "images" in inputs[0]:
+        images = [row.get("images") for row in inputs]
+    elif "image" in inputs[0]:
+        images = [[row["image"]] if row.get("image") is not None else None for row in inputs]
+    else:
+        return None
+    return None if all(image_list == [] for image_list in images) else images
+
+
+def _variance(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-group population variance of `scores` over `mask`."""
+    counts = mask.sum(dim=1).clamp(min=1)
+    values = scores.masked_fill(~mask, 0.0)
+    mean = values.sum(dim=1, keepdim=True) / counts.unsqueeze(1)
+    return ((values - mean).square() * mask).sum(dim=1) / counts
+
+
+def _mean(values: torch.Tensor) -> float:
+    return values.mean().item() if values.numel() else math.nan
+
+
+def _std(values: torch.Tensor) -> float:
+    return values.std().item() if values.numel() > 1 else 0.0
 
 
 def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:

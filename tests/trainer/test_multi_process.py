@@ -1,0 +1,70 @@
+"""PODS on 2 and 4 CPU processes (gloo) trains exactly what one process trains on the same global batch.
+
+`support.SCENARIOS` run with `scripted_rollouts`, whose rollouts depend on the global row, not on the process
+count, so the pools are the same on 1, 2 and 4 processes. One launch per process count runs every scenario.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from support import SCENARIOS, char_tokenizer, process_launch, run_scenario, scripted_rollout
+
+SCRIPT = Path(__file__).with_name("multi_process_run.py")
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"{w}-processes")
+def launched(request, tmp_path_factory):
+    world = request.param
+    out = tmp_path_factory.mktemp(f"world{world}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPT.parent.parent), os.environ.get("PYTHONPATH", "")])}
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [*process_launch(world), str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
+    return world, out
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_same_training_as_one_process(launched, scenario, tmp_path):
+    world, out = launched
+    ranks = [json.loads((out / scenario / f"rank{r}.json").read_text()) for r in range(world)]
+    reference = run_scenario(scenario, tmp_path, num_processes=1, world_size=world)
+    settings = SCENARIOS[scenario]
+    share = settings["per_device_train_batch_size"]
+    local_pool = share * settings["num_generations"] // settings["num_selected"]
+    tokenizer = char_tokenizer()
+
+    for generation, expected in enumerate(reference["generations"]):
+        trained = [rank["generations"][generation] for rank in ranks]
+        assert [len(t["tags"]) for t in trained] == [share] * world  # the invariant: a fixed share each
+        # Concatenated in rank order, the shares are the one-process batch: same rows, same order, same advantages.
+        assert [tag for t in trained for tag in t["tags"]] == expected["tags"]
+        assert [c for t in trained for c in t["completion_ids"]] == expected["completion_ids"]
+        advantages = [a for t in trained for a in t["advantages"]]
+        assert advantages == pytest.approx(expected["advantages"], abs=1e-6)
+        # Completion ids, log-probs and the extra field of every row (moved or not) arrived intact.
+        for t in trained:
+            rollouts = [scripted_rollout(tokenizer, tag) for tag in t["tags"]]
+            assert t["completion_ids"] == [ids for ids, _ in rollouts]
+            assert t["logprobs"] == [pytest.approx(logprobs, abs=1e-6) for _, logprobs in rollouts]
+        moved = sum((tag % 1000) // local_pool != rank for rank, t in enumerate(trained) for tag in t["tags"])
+        assert ranks[0]["rows_moved"][generation] == moved  # logged once per generation
+        if scenario == "local":
+            assert moved == 0
+    if scenario == "spanning":
+        assert any(ranks[0]["rows_moved"])  # pools that span processes did move rows
+
+    assert ranks[0]["losses"] == pytest.approx(reference["losses"], rel=1e-4, abs=1e-6)
+    for rank in ranks:
+        for name, value in reference["params"].items():
+            torch.testing.assert_close(torch.tensor(rank["params"][name]), torch.tensor(value), rtol=1e-4, atol=1e-6)
+    # The completions table (rank 0) lists the last generation's trained rows with their log_extra column and the
+    # advantages that were used.
+    last = [rank["generations"][-1] for rank in ranks]
+    assert ranks[0]["table_tags"] == [tag for t in last for tag in t["tags"]]
+    assert ranks[0]["table_advantages"] == pytest.approx([a for t in last for a in t["advantages"]], abs=1e-6)

@@ -68,9 +68,11 @@ def vowel_reward(completions: list[str], **kwargs) -> list[float]:
     return [sum(c in "aeiou" for c in text) / max(len(text), 1) for text in completions]
 
 
-def make_trainer(tmp_path, trainer_cls=None, config_cls=None, reward=vowel_reward, **overrides):
+def make_trainer(
+    tmp_path, trainer_cls=None, config_cls=None, reward=vowel_reward, train_dataset=None, eval_dataset=None, **overrides
+):
     """A PODSTrainer (or another GRPOTrainer class) on the tiny model, saved first so that beta > 0 can load its
-    reference copy."""
+    reference copy; `prompt_dataset()` unless another train_dataset is given."""
     from pods_rl import PODSConfig, PODSTrainer
 
     tokenizer = char_tokenizer()
@@ -82,7 +84,8 @@ def make_trainer(tmp_path, trainer_cls=None, config_cls=None, reward=vowel_rewar
         model=str(model_dir),
         reward_funcs=reward,
         args=args,
-        train_dataset=prompt_dataset(),
+        train_dataset=prompt_dataset() if train_dataset is None else train_dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
     )
 

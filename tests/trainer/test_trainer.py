@@ -1,5 +1,4 @@
 import itertools
-from collections import Counter
 
 import pytest
 import torch
@@ -24,14 +23,49 @@ def count_training_rows(model) -> list[int]:
     return rows
 
 
-def test_all_selected_matches_grpo_trainer(tmp_path):
-    """m == n runs PODS's selection path, yet gives GRPOTrainer's loss and parameters on the same seed."""
-    common = dict(num_generations=4, max_steps=2)
+def odd_length_only(completions, **kwargs):
+    """Scores only completions of odd length: rollouts that no function scores exist."""
+    return [vowel_reward([text])[0] if len(text) % 2 else None for text in completions]
+
+
+def length_reward(completions, **kwargs):
+    return [len(text) / 8 for text in completions]
+
+
+GRPO_LOGGED = ("loss", "reward", "reward_std", "frac_reward_zero_std", "entropy")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(loss_type="grpo"),
+        dict(loss_type="bnpo"),
+        dict(loss_type="dr_grpo"),
+        dict(loss_type="dapo"),
+        dict(loss_type="grpo", scale_rewards="batch"),
+        dict(loss_type="grpo", scale_rewards="none"),
+        dict(multi_objective_aggregation="normalize_then_sum", reward=[vowel_reward, length_reward]),
+        dict(reward=odd_length_only),
+        dict(beta=0.04, num_iterations=2, max_steps=4),
+    ],
+    ids=lambda o: ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in o.items()),
+)
+def test_all_selected_matches_grpo_trainer(tmp_path, overrides):
+    """m == n gives GRPOTrainer's numbers on the same seed: losses, parameters, logged rewards and advantages."""
+    common = {"num_generations": 4, "max_steps": 2, **overrides}
     grpo = make_trainer(tmp_path / "grpo", GRPOTrainer, GRPOConfig, **common)
-    grpo_log = grpo.train()  # trained before the next trainer is built: each trainer seeds the global RNG
+    grpo.train()  # trained before the next trainer is built: each trainer seeds the global RNG
     pods = make_trainer(tmp_path / "pods", num_selected=4, **common)
-    pods_log = pods.train()
-    assert pods_log.training_loss == pytest.approx(grpo_log.training_loss, rel=1e-5, abs=1e-7)
+    pods.train()
+    logged = [entry for entry in grpo.state.log_history if "loss" in entry]
+    pods_logged = [entry for entry in pods.state.log_history if "loss" in entry]
+    assert len(logged) == len(pods_logged) == common["max_steps"]
+    for expected, got in zip(logged, pods_logged, strict=True):
+        keys = [key for key in expected if key in GRPO_LOGGED or key.startswith("rewards/")]
+        assert {key: got[key] for key in keys} == pytest.approx(
+            {key: expected[key] for key in keys}, rel=1e-5, abs=1e-7
+        )
+    assert list(pods._logs["advantages"]) == pytest.approx(list(grpo._logs["advantages"]), rel=1e-4, abs=1e-6)
     for (name, a), (_, b) in zip(grpo.model.named_parameters(), pods.model.named_parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     assert any(abs(p).sum() > 0 for p in grpo.model.parameters())
@@ -63,6 +97,22 @@ def test_update_sees_b_times_m_rows(tmp_path, steps_per_generation):
     assert logged[0]["pods/rollouts_trained"] == trained_rows_per_generation
 
 
+def spy_on_generations(trainer) -> list[dict]:
+    """Every `_generate_and_score_completions` output (trained rows in selection order, before TRL shuffles them),
+    with the decoded completions added under `texts`."""
+    outputs: list[dict] = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        ids = [row[mask.bool()] for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)]
+        outputs.append({**output, "texts": trainer.processing_class.batch_decode(ids, skip_special_tokens=True)})
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return outputs
+
+
 def test_trained_rows_are_the_selected_ones(tmp_path):
     n, m = 8, 3
     pools: list[list[tuple[str, float]]] = []
@@ -76,28 +126,82 @@ def test_trained_rows_are_the_selected_ones(tmp_path):
     trainer = make_trainer(
         tmp_path, num_generations=n, num_selected=m, per_device_train_batch_size=6, reward=recording_reward
     )
-    trained: list[torch.Tensor] = []
-    original = trainer._generate_and_score_completions
-
-    def spy(inputs):
-        output = original(inputs)
-        trained.append(output)
-        return output
-
-    trainer._generate_and_score_completions = spy
+    trained = spy_on_generations(trainer)
     trainer.train()
     assert len(pools) == len(trained) == 2  # scored once per generation: the cached rewards are reused
-    tokenizer = trainer.processing_class
     for pool, output in zip(pools, trained, strict=True):
         rewards = torch.tensor([r for _, r in pool], dtype=torch.float64).view(-1, n)
         chosen = select_rollouts(rewards, m)
-        expected = Counter(pool[g * n + i][0] for g, row in enumerate(chosen.tolist()) for i in row)
-        ids = [row[mask.bool()] for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)]
-        got = Counter(tokenizer.decode(row, skip_special_tokens=True) for row in ids)
+        expected = [[pool[g * n + i][0] for i in row] for g, row in enumerate(chosen.tolist())]
+        got = [output["texts"][g * m : (g + 1) * m] for g in range(len(expected))]  # group by group, m each
         assert got == expected
-        # Advantages are normalised over each selected group: they sum to ~0 within every prompt.
-        by_text = {text: adv for text, adv in zip(got.elements(), output["advantages"].tolist(), strict=False)}
-        assert len(by_text) > 0
+        # Advantages are normalised over each selected group (the paper's subset statistics).
+        selected_rewards = rewards.gather(1, chosen)
+        mean, std = selected_rewards.mean(dim=1, keepdim=True), selected_rewards.std(dim=1, keepdim=True)
+        advantages = output["advantages"].double().view(-1, m)
+        torch.testing.assert_close(advantages, (selected_rewards - mean) / (std + 1e-4), rtol=1e-5, atol=1e-6)
+        assert advantages.abs().sum() > 0
+
+
+def test_unscorable_rollouts_train_with_zero_advantage(tmp_path):
+    """Rollouts that no reward function scores: groups short of m scorable ones keep them all, no crash."""
+    n, m = 8, 4
+    trainer = make_trainer(tmp_path, num_generations=n, num_selected=m, reward=odd_length_only)
+    trained = spy_on_generations(trainer)
+    trainer.train()
+    short_groups = 0
+    for output in trained:
+        for g in range(len(output["texts"]) // m):
+            texts = output["texts"][g * m : (g + 1) * m]
+            advantages = output["advantages"][g * m : (g + 1) * m].tolist()
+            scorable = [len(text) % 2 == 1 for text in texts]
+            short_groups += not all(scorable)
+            assert [a for a, ok in zip(advantages, scorable, strict=True) if not ok] == [0.0] * scorable.count(False)
+            assert sum(a for a, ok in zip(advantages, scorable, strict=True) if ok) == pytest.approx(0.0, abs=1e-5)
+    assert short_groups > 0  # the case under test happened
+
+
+def test_iterable_dataset_trains_like_the_map_style_one(tmp_path):
+    """An IterableDataset streams whole pools of n per prompt: without shuffling, the same run as the Dataset."""
+    common = dict(num_generations=8, num_selected=2, max_steps=2, shuffle_dataset=False)
+    prompts: list[list[str]] = []
+
+    def recording_reward(completions, **kwargs):
+        prompts.append(list(kwargs["prompts"]))
+        return vowel_reward(completions)
+
+    stream = make_trainer(
+        tmp_path / "stream", reward=recording_reward, train_dataset=prompt_dataset().to_iterable_dataset(), **common
+    )
+    stream.train()
+    mapped = make_trainer(tmp_path / "map", reward=vowel_reward, **common)
+    mapped.train()
+    for pool in prompts:
+        assert [len(set(pool[i : i + 8])) for i in range(0, len(pool), 8)] == [1] * (len(pool) // 8)
+    assert [p[0] for p in prompts] == [prompt_dataset()["prompt"][0], prompt_dataset()["prompt"][2]]
+    losses = [[e["loss"] for e in t.state.log_history if "loss" in e] for t in (stream, mapped)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
+    for a, b in zip(stream.model.parameters(), mapped.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_evaluation_generates_n_per_prompt(tmp_path):
+    n, m = 8, 4
+    trainer = make_trainer(
+        tmp_path, num_generations=n, num_selected=m, max_steps=1, eval_strategy="steps", eval_steps=1,
+        per_device_eval_batch_size=n, eval_dataset=prompt_dataset(2),
+    )  # fmt: skip
+    sizes = []
+    original = trainer._generate
+
+    def spy(prompts):
+        sizes.append((trainer.model.training, len(prompts)))
+        return original(prompts)
+
+    trainer._generate = spy
+    trainer.train()
+    assert (False, n) in sizes  # one prompt's n rollouts per eval batch, none removed
+    assert any("eval_reward" in entry for entry in trainer.state.log_history)
 
 
 @pytest.mark.parametrize(
@@ -141,11 +245,81 @@ def test_lora(tmp_path):
     assert lora and any(not torch.equal(p, dict(trainer.model.named_parameters())[n]) for n, p in lora.items())
 
 
-def test_selection_metrics_are_consistent(tmp_path):
-    trainer = make_trainer(tmp_path, num_generations=8, num_selected=2, max_steps=1)
+@pytest.mark.parametrize("rule", ["random", "max_variance"])
+def test_selection_metrics_match_brute_force(tmp_path, rule):
+    """The logged variance fractions, recomputed from the recorded pools: the best subset by brute force, the
+    random rule's draws replayed from the same seed."""
+    n, m = 8, 2
+    pools: list[list[float]] = []
+
+    def recording_reward(completions, **kwargs):
+        pools.append(vowel_reward(completions))
+        return pools[-1]
+
+    trainer = make_trainer(
+        tmp_path, num_generations=n, num_selected=m, selection_rule=rule, max_steps=1, reward=recording_reward
+    )
     trainer.train()
     logged = next(e for e in trainer.state.log_history if "pods/pool_reward_mean" in e)
-    assert logged["pods/selected_var_frac_of_best"] == pytest.approx(1.0)
-    assert logged["pods/selected_var_frac_of_pool"] >= 1.0 - 1e-9  # max variance never loses to the pool
-    assert logged["pods/tokens_trained"] <= logged["pods/tokens_generated"]
-    assert list(itertools.islice((k for k in logged if k.startswith("pods/time_")), 4))
+    rewards = torch.tensor(pools[0], dtype=torch.float64).view(-1, n)
+    chosen = select_rollouts(rewards, m, rule, generator=torch.Generator().manual_seed(0))
+    selected_var = rewards.gather(1, chosen).var(dim=1, unbiased=False).sum()
+    best_var = sum(
+        max(torch.tensor(subset).var(unbiased=False) for subset in itertools.combinations(group.tolist(), m))
+        for group in rewards
+    )
+    pool_var = rewards.var(dim=1, unbiased=False).sum()
+    assert logged["pods/selected_var_frac_of_best"] == pytest.approx((selected_var / best_var).item())
+    assert logged["pods/selected_var_frac_of_pool"] == pytest.approx((selected_var / pool_var).item())
+    assert logged["pods/pool_reward_mean"] == pytest.approx(rewards.mean().item())
+    assert logged["pods/selected_reward_mean"] == pytest.approx(rewards.gather(1, chosen).mean().item())
+    if rule == "random":
+        assert logged["pods/selected_var_frac_of_best"] < 1  # this seed's draws are not the best subsets
+    tokens = logged["pods/tokens_trained"], logged["pods/tokens_generated"]
+    assert 0 < tokens[0] < tokens[1]
+
+
+def test_down_sampling_keeps_every_row_field_aligned(tmp_path):
+    """After removal, every per-row field follows its row: rollout_func extra fields (which also reach the reward
+    functions, merged as TRL merges them), dataset images on the rollout_func path, environments, log_extra columns."""
+    n, m = 4, 2
+    pool_rewards = [0.0, 1.0, 2.0, 3.0, 5.0, 5.0, 0.0, 9.0]
+
+    def tag_reward(completions, tag, log_extra, **kwargs):
+        log_extra("tag", list(tag))
+        return [pool_rewards[t] for t in tag]
+
+    trainer = make_trainer(tmp_path, num_generations=n, num_selected=m, reward=tag_reward)
+    rows = range(2 * n)
+    inputs = [{"prompt": f"q{r // n}0=", "images": [f"image of prompt {r // n}"]} for r in rows]
+    prompts = [row["prompt"] for row in inputs]
+    trainer.environment_factories = {None: object}
+    trainer.environments = [f"environment {r}" for r in rows]
+    trainer._batch_environments = [f"name {r}" for r in rows]
+    generated = (
+        [[5, 6, 7, 8]] * len(rows),
+        [[10 + r, 1] for r in rows],
+        [[1, 0] for r in rows],
+        [f"completion {r}" for r in rows],
+        [[-0.5 * r, -1.0] for r in rows],
+        {"tag": list(rows), "constant": 7},
+        None,  # the rollout_func path returns no images: TRL falls back to the dataset's
+        [],
+    )
+    trainer._pool_inputs = inputs
+    prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images = trainer._down_sample(
+        prompts, generated
+    )
+    keep = (select_rollouts(torch.tensor(pool_rewards).view(2, n), m) + torch.tensor([[0], [n]])).flatten().tolist()
+    assert keep == [0, 3, 6, 7]
+    assert completions == [f"completion {r}" for r in keep]
+    assert completion_ids == [[10 + r, 1] for r in keep]
+    assert logprobs == [[-0.5 * r, -1.0] for r in keep]
+    assert extra == {"tag": keep, "constant": 7}
+    assert images == [[f"image of prompt {r // n}"] for r in keep]
+    assert trainer.environments == [f"environment {r}" for r in keep]
+    assert trainer._batch_environments == [f"name {r}" for r in keep]
+    assert trainer._pending_extra_logs["tag"] == keep
+    assert prompts == [f"q{r // n}0=" for r in keep]  # TRL's lists, shrunk in place
+    assert [row["prompt"] for row in inputs] == prompts
+    assert prompt_ids == [[5, 6, 7, 8]] * len(keep) and tool_mask == [[1, 0]] * len(keep) and tool_images == []

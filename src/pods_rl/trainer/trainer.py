@@ -268,6 +268,8 @@ class PODSTrainer(GRPOTrainer):
         if self.environment_factories is not None:
             columns["environment"] = self._batch_environments
         rows = take_rows(columns, plan, local_size, process, self.accelerator.device)
+        if self.environment_factories is not None:
+            self._batch_environments = rows["environment"]  # TRL renders each row's tools from it
         self._align_environments(plan[process], local_size)
         for key in columns:
             if key.startswith("log:"):

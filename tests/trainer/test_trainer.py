@@ -323,3 +323,37 @@ def test_down_sampling_keeps_every_row_field_aligned(tmp_path):
     assert prompts == [f"q{r // n}0=" for r in keep]  # TRL's lists, shrunk in place
     assert [row["prompt"] for row in inputs] == prompts
     assert prompt_ids == [[5, 6, 7, 8]] * len(keep) and tool_mask == [[1, 0]] * len(keep) and tool_images == []
+
+
+def test_logs_describe_the_pool_and_the_advantages_used(tmp_path):
+    """TRL's reward metrics describe the pool (as a GRPO run with n would log them); `pods/selected_*` the trained
+    subset; the completions table lists the trained rows with the advantages the update used (pool statistics)."""
+    n, m = 8, 2
+    pools: list[list[float]] = []
+
+    def recording_reward(completions, log_extra, **kwargs):
+        pools.append(vowel_reward(completions))
+        log_extra("reward_copy", pools[-1])
+        return pools[-1]
+
+    trainer = make_trainer(
+        tmp_path, num_generations=n, num_selected=m, advantage_stats="pool", max_steps=1, reward=recording_reward
+    )
+    trained = spy_on_generations(trainer)
+    trainer.train()
+    logged = next(e for e in trainer.state.log_history if "reward" in e)
+    pool = torch.tensor(pools[0])
+    assert logged["reward"] == pytest.approx(pool.mean().item())
+    assert logged["reward_std"] == pytest.approx(pool.std().item())
+    assert logged["rewards/recording_reward/mean"] == pytest.approx(pool.mean().item())
+    kept = vowel_reward(trained[0]["texts"])
+    assert logged["pods/selected_reward_mean"] == pytest.approx(torch.tensor(kept).mean().item())
+    assert logged["pods/selected_reward_mean"] != pytest.approx(logged["reward"])
+    assert list(trainer._logs["completion"]) == trained[0]["texts"]
+    assert list(trainer._logs["rewards"]["recording_reward"]) == pytest.approx(kept)
+    assert list(trainer._logs["extra"]["reward_copy"]) == pytest.approx(kept)
+    assert list(trainer._logs["advantages"]) == pytest.approx(trained[0]["advantages"].tolist())
+    groups = pool.double().view(-1, n)
+    chosen = torch.tensor(kept, dtype=torch.float64).view(-1, m)
+    expected = (chosen - groups.mean(dim=1, keepdim=True)) / (groups.std(dim=1, keepdim=True) + 1e-4)
+    torch.testing.assert_close(trained[0]["advantages"].double().view(-1, m), expected, rtol=1e-5, atol=1e-6)

@@ -22,6 +22,14 @@ def test_generate_and_score_feeds_the_hooks():
     assert 'num_generations = self.num_generations if mode == "train"' in source
     # The advantages we replace must be an output key.
     assert '"advantages": advantages' in source
+    # On the rollout_func path TRL falls back to the dataset images when `_generate` returns none (we return the
+    # selected rows' images instead), and merges extra fields into the shrunk inputs after `_generate`.
+    assert "images = dataset_images" in source
+    assert "for key, values in extra_fields.items():" in source
+    # `_correct_trl_logs` overwrites what TRL just logged: one value per reward metric, one advantage per row.
+    assert 'self._metrics[mode]["reward"].append(' in source
+    assert '_metrics[mode][f"rewards/{reward_func_name}/mean"].append(' in source
+    assert 'self._logs["advantages"].extend(all_process_advantages.tolist())' in source
 
 
 def test_generate_returns_what_down_sampling_unpacks():

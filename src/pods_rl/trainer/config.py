@@ -28,6 +28,19 @@ class PODSConfig(GRPOConfig):
     32 / 8 = 4 prompts. Generated rollouts: 4 * 32 = 128, 64 per GPU. After selection each GPU trains on 16 rows in
     two micro-batches of 8. Memory of the update is that of GRPO with n = 8; generation is that of n = 32.
 
+    Where the rollouts are. Each process generates a contiguous block of `local_pool_size` rows, prompt by prompt,
+    and trains on a contiguous share of the selected rows. When `per_device_train_batch_size * steps_per_generation`
+    is a multiple of m (as above: 16 = 2 * 8), every pool lies on one process and is trained there: only rewards
+    move between processes. Otherwise some pools span two processes, and the selected rows of those pools that the
+    other process trains move to it (logged as `pods/rows_moved`).
+
+    GRPO options keep their meaning, applied to the selected rows: `scale_rewards="batch"` divides by the std of
+    every selected reward of the generation batch; `multi_objective_aggregation="normalize_then_sum"` normalises
+    each reward function within the selected subset, and selection ranks rollouts on the same aggregate computed
+    over the pool (see `pods_rl.trainer.pools`). Rollouts no reward function scores get advantage 0 and count in no
+    statistic; a prompt with fewer than m scorable rollouts keeps them all, filled up to m with unscorable ones.
+    Evaluation generates `num_generations_eval` (default n) rollouts per prompt and selects nothing, as in GRPO.
+
     Args:
         num_selected (`int` or `None`, defaults to `None`):
             m, the rollouts per prompt kept for the update, 2 <= m <= num_generations. `None` keeps all n (plain

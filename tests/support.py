@@ -158,7 +158,8 @@ SCENARIOS = {
     "spanning": dict(
         num_generations=8, num_selected=4, per_device_train_batch_size=6, beta=0.04, num_iterations=2, max_steps=4
     ),
-    # 4 trained rows per process with m = 2: two whole pools per process, nothing moves; the random rule.
+    # 4 trained rows per process with m = 2: two whole pools per process, nothing moves; the random rule. A checkpoint
+    # every step, to resume from.
     "local": dict(
         num_generations=8,
         num_selected=2,
@@ -166,13 +167,16 @@ SCENARIOS = {
         selection_rule="random",
         loss_type="dapo",
         max_steps=2,
+        save_strategy="steps",
+        save_steps=1,
     ),
 }
 
 
-def run_scenario(name: str, out: Path, num_processes: int, world_size: int) -> dict:
-    """Train scenario `name` with `scripted_rollouts`; the per-process batch is scaled so that the global batch is
-    that of `world_size` processes. Returns what each process trained on and the end state."""
+def run_scenario(name: str, out: Path, num_processes: int, world_size: int, resume_from: Path | None = None) -> dict:
+    """Train scenario `name` with `scripted_rollouts` (from checkpoint `resume_from` if given); the per-process batch
+    is scaled so that the global batch is that of `world_size` processes. Returns what each process trained on and
+    the end state."""
     from accelerate import PartialState
 
     from pods_rl import PODSConfig, PODSTrainer
@@ -216,7 +220,7 @@ def run_scenario(name: str, out: Path, num_processes: int, world_size: int) -> d
         return output
 
     trainer._generate_and_score_completions = spy
-    trainer.train()
+    trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
     return {
         "generations": generations,
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],

@@ -68,3 +68,16 @@ def test_same_training_as_one_process(launched, scenario, tmp_path):
     last = [rank["generations"][-1] for rank in ranks]
     assert ranks[0]["table_tags"] == [tag for t in last for tag in t["tags"]]
     assert ranks[0]["table_advantages"] == pytest.approx([a for t in last for a in t["advantages"]], abs=1e-6)
+
+
+def test_resume_draws_what_the_uninterrupted_run_drew(launched):
+    """Resumed from the checkpoint after step 1 on every process, the random rule draws the same rollouts (the
+    selection generator is restored everywhere) and training ends where the uninterrupted run ended."""
+    world, out = launched
+    for rank in range(world):
+        whole = json.loads((out / "local" / f"rank{rank}.json").read_text())
+        resumed = json.loads((out / "resumed" / f"rank{rank}.json").read_text())
+        assert resumed["generations"] == whole["generations"][1:]
+        assert resumed["losses"] == pytest.approx(whole["losses"], rel=1e-6)  # the checkpoint's history, then step 2
+        for name, value in whole["params"].items():
+            torch.testing.assert_close(torch.tensor(resumed["params"][name]), torch.tensor(value))

@@ -280,7 +280,7 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics = grpo_metrics(
             rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
         )
-        self._log_selection(scores, scorable, selected, completion_ids, global_rows, plan)
+        self._log_selection(scores, scorable, selected, completion_ids, global_rows, rows_to_move(plan, local_size))
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -304,7 +304,12 @@ class PODSTrainer(GRPOTrainer):
         )
 
     def _select(self, scores: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
-        """(G, n) bool mask of the rollouts the update sees: m per prompt, by the configured rule."""
+        """(G, n) bool mask of the rollouts the update sees: m per prompt, by the configured rule.
+
+        The one place that decides; another rule can override it with any mask that keeps `processes x
+        per_device_train_batch_size x steps_per_generation` rollouts in all, in any groups: advantages, row
+        exchange and logging follow the mask. It must be the same on every process (it sees the same scores).
+        """
         return select_per_group(
             scores, scorable, self.num_selected, self.args.selection_rule, generator=self._selection_generator
         )
@@ -326,9 +331,10 @@ class PODSTrainer(GRPOTrainer):
         selected: torch.Tensor,
         completion_ids: list,
         global_rows: torch.Tensor,
-        plan: torch.Tensor,
+        rows_moved: int,
     ) -> None:
-        """Log what the selection kept, under `pods/`, so runs can be audited and costed."""
+        """Log what the selection kept, under `pods/`, so runs can be audited and costed. Rewards here are the
+        selection scores: the weighted sums (or, with normalize_then_sum, the normalised aggregates)."""
         metrics = self._metrics["train"]
         kept = selected & scorable
         pool_values, kept_values = scores[scorable], scores[kept]
@@ -348,7 +354,7 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
         metrics["pods/rollouts_generated"].append(float(scores.numel()))
         metrics["pods/rollouts_trained"].append(float(len(global_rows)))
-        metrics["pods/rows_moved"].append(float(rows_to_move(plan, len(completion_ids))))
+        metrics["pods/rows_moved"].append(float(rows_moved))
         lengths = torch.tensor([len(ids) for ids in completion_ids], device=self.accelerator.device)
         tokens = self.accelerator.gather(lengths).double().cpu()
         metrics["pods/tokens_generated"].append(tokens.sum().item())

@@ -147,6 +147,7 @@ def train(
             num_samples=settings.eval.sampled_k,
             temperature=args.temperature,
             seed=settings.seed,
+            sharded=True,  # every process evaluates its share; the monitor calls this on all of them
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it

@@ -24,6 +24,7 @@ n = 64 and 1024-token completions, by formula: projections, not measurements.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
@@ -71,6 +72,15 @@ class CollectiveCounter:
             ),
             "reduce_scatter_tensor": lambda out, inp, *a, **k: _nbytes(inp) - _nbytes(out),
             "all_to_all_single": lambda out, inp, *a, **k: _nbytes(out) * (self.world - 1) / self.world,
+            "all_to_all": lambda outs, ins, *a, **k: _nbytes(outs) - _nbytes(outs[self.rank]),
+            "scatter": lambda tensor, scatter_list=None, src=None, *a, **k: (
+                0.0 if self._is_source(src, k) else _nbytes(tensor)
+            ),
+            # Point to point (batch_isend_irecv calls these for each of its operations).
+            "send": lambda *a, **k: 0.0,
+            "isend": lambda *a, **k: 0.0,
+            "recv": lambda tensor, *a, **k: _nbytes(tensor),
+            "irecv": lambda tensor, *a, **k: _nbytes(tensor),
         }
         for name, received in tensor_collectives.items():
             self._wrap(name, received)
@@ -93,6 +103,7 @@ class CollectiveCounter:
 
         original = getattr(c10d, name)
 
+        @functools.wraps(original)
         def counted(*args, **kwargs):
             outer = getattr(self._outer, "name", None)
             if outer is None:

@@ -305,7 +305,7 @@ def main() -> None:
     console = Console(width=200)
     label = source_label() + (f", {options.label}" if options.label else "")
     table = Table(title=f"Bytes received per process per step (mean over processes and steps 2-{options.steps})")
-    columns = ["processes", "layout", "generated / step", "trained / step", "rows (object collectives)"]
+    columns = ["processes", "layout", "generated / step", "trained / step", "object collectives (pickles)"]
     columns += ["tensor collectives", "DDP gradients", "TCP received", "per generated rollout, w/o gradients"]
     for column in columns:
         table.add_column(column, justify="right")

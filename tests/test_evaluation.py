@@ -10,7 +10,7 @@ from datasets import Dataset
 from support import two_process_launch
 from two_process_evaluation import EVAL_KWARGS
 
-from pods_rl.evaluation import evaluate
+from pods_rl.evaluation import _shard, evaluate
 from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
 
 
@@ -92,3 +92,13 @@ def test_sharded_over_two_processes_equals_one_process(tmp_path) -> None:
     # Each process graded its own five rows; the second one's fifth row only fills its batch and is not counted.
     per_pass = [["0", "2", "4", "6", "8"], ["10", "12", "14", "16", "0"]]
     assert [rank["seen"] for rank in ranks] == [per_pass[0] * 2, per_pass[1] * 2]  # greedy, then one sampled pass
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4])
+def test_shards_cover_every_row_once_in_equal_lengths(processes) -> None:
+    for size in range(1, 11):
+        data = Dataset.from_dict({"row": list(range(size))})
+        shards = [_shard(data, index, processes) for index in range(processes)]
+        assert len({len(part) for part, _ in shards}) == 1  # the same number of generation batches everywhere
+        counted = [row for part, count in shards for row in part["row"][:count]]
+        assert counted == list(range(size))

@@ -163,6 +163,9 @@ def tcp_bytes_received(pid: int) -> int:
 
 
 def worker(out: Path, steps: int) -> None:
+    # Wrapped before anything imports a collective by name (`from torch.distributed import ...`).
+    counter = CollectiveCounter()
+    counter.count_ddp_gradients()
     import warnings
 
     from transformers import TrainerCallback
@@ -173,8 +176,6 @@ def worker(out: Path, steps: int) -> None:
     from pods_rl.tasks import load_task
 
     warnings.filterwarnings("ignore")
-    counter = CollectiveCounter()
-    counter.count_ddp_gradients()
     recipe = TinyRecipe()
     tokenizer = build_tokenizer(recipe.vocab_size)
     task = load_task("arithmetic", num_train=256, num_test=8)

@@ -46,6 +46,8 @@ LAYOUTS = {
     "split pools": {"num_generations": 16, "num_selected": 4, "per_device_train_batch_size": 2},
 }
 GRADIENTS = "DDP gradient all-reduce"
+# The table's columns of counted bytes (caller package and kind), in order; "tcp" is the operating system's count.
+COUNTED = ("pods_rl objects", "pods_rl tensors", "trl objects", "trl tensors", GRADIENTS, "tcp")
 OBJECT_COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list")
 # Projections (formula): prompts per generation per GPU, pool size, reward functions, token lengths.
 PROJECTED_GPUS = (8, 64)
@@ -103,11 +105,13 @@ class CollectiveCounter:
 
         original = getattr(c10d, name)
 
+        kind = "objects" if name in OBJECT_COLLECTIVES else "tensors"
+
         @functools.wraps(original)
         def counted(*args, **kwargs):
             outer = getattr(self._outer, "name", None)
-            if outer is None:
-                self._outer.name = name
+            if outer is None:  # the outermost collective: named by its caller's package and its kind
+                self._outer.name = f"{_caller_package()} {kind}"
             try:
                 if received is not None:
                     self.bytes[self._outer.name] += received(*args, **kwargs)
@@ -140,6 +144,14 @@ class CollectiveCounter:
             ddp.register_comm_hook(None, hook)
 
         DistributedDataParallel.__init__ = init
+
+
+def _caller_package() -> str:
+    """The top-level package of the code that called the collective, looking past torch and accelerate."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch.", "accelerate.", __name__)):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "?").split(".")[0] if frame is not None else "?"
 
 
 def _nbytes(value) -> float:
@@ -306,8 +318,9 @@ def main() -> None:
     console = Console(width=200)
     label = source_label() + (f", {options.label}" if options.label else "")
     table = Table(title=f"Bytes received per process per step (mean over processes and steps 2-{options.steps})")
-    columns = ["processes", "layout", "generated / step", "trained / step", "object collectives (pickles)"]
-    columns += ["tensor collectives", "DDP gradients", "TCP received", "per generated rollout, w/o gradients"]
+    columns = ["processes", "layout", "generated / step", "trained / step", "pods_rl: pickles", "pods_rl: tensors"]
+    columns += ["TRL: pickles", "TRL: tensors", "DDP gradients", "TCP received", "per generated rollout"]
+    columns += ["of it, pods_rl"]
     for column in columns:
         table.add_column(column, justify="right")
     for processes in options.processes:
@@ -315,19 +328,25 @@ def main() -> None:
             launch(processes, Path(tmp), options.steps)
             for layout in LAYOUTS:
                 r = summarise(Path(tmp), processes, layout)
-                objects = sum(v for k, v in r["bytes"].items() if k in OBJECT_COLLECTIVES)
-                gradients = r["bytes"].get(GRADIENTS, 0.0)
-                tensors = sum(r["bytes"].values()) - objects - gradients - r["bytes"].get("tcp", 0.0)
-                per_rollout = (objects + tensors) * processes / r["generated"]
+                counted = {key: r["bytes"].get(key, 0.0) for key in COUNTED}
+                unexpected = set(r["bytes"]) - set(COUNTED)
+                if unexpected:  # a collective called from elsewhere: say so rather than drop it
+                    console.print(f"[red]also counted[/] {processes} processes, {layout}: {unexpected}")
+                per_rollout = processes / r["generated"]  # bytes per process per step -> all processes per rollout
+                pods_rl = counted["pods_rl objects"] + counted["pods_rl tensors"]
+                collectives = sum(v for k, v in counted.items() if k not in (GRADIENTS, "tcp"))
                 table.add_row(
-                    str(processes), layout, f"{r['generated']:.0f}", f"{r['trained']:.0f}", _size(objects),
-                    _size(tensors), _size(gradients), _size(r["bytes"].get("tcp", 0.0)), _size(per_rollout),
+                    str(processes), layout, f"{r['generated']:.0f}", f"{r['trained']:.0f}",
+                    *(_size(counted[key]) for key in COUNTED), _size(collectives * per_rollout),
+                    _size(pods_rl * per_rollout),
                 )  # fmt: skip
     console.print(label)
     console.print(table)
     console.print(
-        f"Tiny model ({COMPLETION_TOKENS}-token completions, arithmetic prompts); per generated rollout = bytes "
-        "received by all processes together, gradients excluded, divided by the rollouts generated in the step."
+        f"Tiny model ({COMPLETION_TOKENS}-token completions, arithmetic prompts). pods_rl / TRL: collectives called "
+        "from that package (TRL's include its reward gather and the gathers of its metrics and completion log). Per "
+        "generated rollout: bytes received by all processes together, gradients excluded, divided by the rollouts "
+        "generated in the step."
     )
     print_projections(console)
 

@@ -51,7 +51,9 @@ COUNTED = ("pods_rl objects", "pods_rl tensors", "trl objects", "trl tensors", G
 OBJECT_COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list")
 # Projections (formula): prompts per generation per GPU, pool size, reward functions, token lengths.
 PROJECTED_GPUS = (8, 64)
-PROJECTED = {"prompts_per_gpu": 8, "n": 64, "reward_funcs": 3, "prompt_tokens": 256, "completion_tokens": 1024}
+PROJECTED = {
+    "prompts_per_gpu": 8, "n": 64, "m": 16, "reward_funcs": 3, "prompt_tokens": 256, "completion_tokens": 1024,
+}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- inside a process
@@ -274,8 +276,8 @@ def summarise(out: Path, processes: int, layout: str) -> dict:
     }
 
 
-def synthetic_row_bytes(prompt_tokens: int, completion_tokens: int, with_logprobs: bool) -> int:
-    """Pickled size of one rollout row as PODSTrainer's row gather sends it (ids as lists, texts, the input dict)."""
+def synthetic_row(prompt_tokens: int, completion_tokens: int, with_logprobs: bool) -> dict:
+    """One rollout row as PODSTrainer's row gather sends it (ids as lists, texts, the input dict)."""
     rng = random.Random(0)
     system = "Reason inside <think>...</think>, then answer inside <answer>...</answer>."
     prompt = [{"role": "system", "content": system}, {"role": "user", "content": "x" * (4 * prompt_tokens)}]
@@ -289,7 +291,7 @@ def synthetic_row_bytes(prompt_tokens: int, completion_tokens: int, with_logprob
     }
     if with_logprobs:
         row["logprobs"] = [[-rng.random()] for _ in range(completion_tokens)]
-    return len(pickle.dumps([row]))
+    return row
 
 
 def source_label() -> str:
@@ -352,31 +354,40 @@ def main() -> None:
 
 
 def print_projections(console) -> None:
-    p = PROJECTED
-    rows = {
-        "HF generate": synthetic_row_bytes(p["prompt_tokens"], p["completion_tokens"], with_logprobs=False),
-        "vLLM (log-probs)": synthetic_row_bytes(p["prompt_tokens"], p["completion_tokens"], with_logprobs=True),
-    }
-    console.print(
-        "\nPROJECTIONS (formula, not measured). Per process per generation, R = prompts x n rollouts over P processes,"
-        f" F = {p['reward_funcs']} reward functions (float32):\n"
-        "  old design (every row gathered to every process): (P - 1) / P x R x (row pickle + 4 F)\n"
-        "  new design (rewards gathered, whole pools local):  (P - 1) / P x R x 4 F\n"
-        f"Row pickle measured on a synthetic row ({p['prompt_tokens']}-token prompt, {p['completion_tokens']}-token "
-        "completion, ~4 characters per token): " + ", ".join(f"{k} {_size(v)}" for k, v in rows.items())
-    )
     from rich.table import Table
 
-    table = Table(title=f"Projected bytes received per process per generation, n = {p['n']}, "
+    p = PROJECTED
+    row = synthetic_row(p["prompt_tokens"], p["completion_tokens"], with_logprobs=False)
+    sizes = {
+        "HF generate": len(pickle.dumps([row])),
+        "vLLM (log-probs)": len(pickle.dumps([synthetic_row(p["prompt_tokens"], p["completion_tokens"], True)])),
+    }
+    texts = len(pickle.dumps([row["prompt"]])) + len(pickle.dumps([row["completion"]]))  # TRL's completion log
+    console.print(
+        "\nPROJECTIONS (formula, not measured). Per process per generation, R = prompts x n rollouts and T = prompts "
+        f"x m trained rows over P processes, F = {p['reward_funcs']} reward functions (float32):\n"
+        "  old design (every row gathered to every process): (P - 1) / P x R x (row pickle + 4 F)\n"
+        "  new design (rewards gathered, whole pools local):  (P - 1) / P x R x 4 F\n"
+        "  TRL's completion log, in both designs and in GRPO: (P - 1) / P x T x (prompt and completion pickles)\n"
+        f"Pickles measured on a synthetic row ({p['prompt_tokens']}-token prompt, {p['completion_tokens']}-token "
+        "completion, ~4 characters per token): row "
+        + ", ".join(f"{k} {_size(v)}" for k, v in sizes.items())
+        + f"; prompt and completion texts {_size(texts)}"
+    )
+    table = Table(title=f"Projected bytes received per process per generation, n = {p['n']}, m = {p['m']}, "
                   f"{p['prompts_per_gpu']} prompts per GPU, {p['completion_tokens']}-token completions")  # fmt: skip
-    for column in ("GPUs", "rollouts R", *(f"old, {k}" for k in rows), "new (rewards only)", "old / new"):
+    columns = ["GPUs", "rollouts R", *(f"old, {k}" for k in sizes), "new (rewards only)", "old / new"]
+    for column in [*columns, "TRL completion log (T rows)"]:
         table.add_column(column, justify="right")
     for gpus in PROJECTED_GPUS:
-        rollouts = gpus * p["prompts_per_gpu"] * p["n"]
-        share = (gpus - 1) / gpus * rollouts
-        rewards = share * 4 * p["reward_funcs"]
-        old = [share * row + rewards for row in rows.values()]
-        table.add_row(str(gpus), str(rollouts), *(_size(v) for v in old), _size(rewards), f"{old[0] / rewards:.0f}x")
+        prompts = gpus * p["prompts_per_gpu"]
+        share = (gpus - 1) / gpus
+        rewards = share * prompts * p["n"] * 4 * p["reward_funcs"]
+        old = [share * prompts * p["n"] * size + rewards for size in sizes.values()]
+        table.add_row(
+            str(gpus), str(prompts * p["n"]), *(_size(v) for v in old), _size(rewards), f"{old[0] / rewards:.0f}x",
+            _size(share * prompts * p["m"] * texts),
+        )  # fmt: skip
     console.print(table)
 
 

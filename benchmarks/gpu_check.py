@@ -12,8 +12,10 @@ synchronised at step boundaries) and the peak GPU memory.
     python benchmarks/gpu_check.py              # one GPU: estimated 2-4 minutes on an H100-class GPU (not yet run)
     python benchmarks/gpu_check.py --dry-run    # the same code path on CPU at a tiny shape, well under a minute
 
-It imports only torch, transformers, accelerate, trl, datasets (and rich) and pods_rl's trainer: no task, no
-math-verify, no reasoning-gym; its reward is a function of the completion's tokens defined here.
+It imports only torch, tokenizers, transformers, accelerate, trl, datasets, rich and pods_rl's trainer: no task, no
+math-verify, no reasoning-gym; its reward is a function of the completion's tokens defined here. (`pods train`
+on that machine would also need math-verify and its latex2sympy2_extended and antlr4-python3-runtime wheels,
+which grade answers, and reasoning-gym for its tasks.)
 
 Carrying the missing wheels to a GPU machine without internet (it has torch, transformers 5.17, accelerate 1.15,
 peft, pandas, pyarrow, xxhash, rich; not trl, datasets or their dill and multiprocess). On a machine with

@@ -75,7 +75,7 @@ class CollectiveCounter:
                 _nbytes(gather_list) - _nbytes(tensor) if gather_list else 0.0
             ),
             "reduce_scatter_tensor": lambda out, inp, *a, **k: _nbytes(inp) - _nbytes(out),
-            "all_to_all_single": lambda out, inp, *a, **k: _nbytes(out) * (self.world - 1) / self.world,
+            "all_to_all_single": self._all_to_all_single,
             "all_to_all": lambda outs, ins, *a, **k: _nbytes(outs) - _nbytes(outs[self.rank]),
             "scatter": lambda tensor, scatter_list=None, src=None, *a, **k: (
                 0.0 if self._is_source(src, k) else _nbytes(tensor)
@@ -98,6 +98,12 @@ class CollectiveCounter:
     @property
     def rank(self) -> int:
         return self.dist.get_rank()
+
+    def _all_to_all_single(self, out, inp, output_split_sizes=None, *args, **kwargs) -> float:
+        """The output less this process's own block (rows along dim 0, equal blocks unless split sizes are given)."""
+        rows = out.shape[0] if out.dim() else 0
+        own_rows = output_split_sizes[self.rank] if output_split_sizes else rows // self.world
+        return _nbytes(out) * (1 - own_rows / rows) if rows else 0.0
 
     def _is_source(self, src: int | None, kwargs: dict) -> bool:
         return self.rank == (src if src is not None else kwargs.get("group_src", 0))

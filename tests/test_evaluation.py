@@ -1,8 +1,16 @@
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
+import two_process_evaluation
 from datasets import Dataset
+from support import two_process_launch
+from two_process_evaluation import EVAL_KWARGS
 
-from pods_rl.evaluation import evaluate
+from pods_rl.evaluation import _shard, evaluate
 from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
 
 
@@ -57,3 +65,40 @@ def test_nothing_to_evaluate_raises(model_and_tokenizer) -> None:
     with pytest.raises(ValueError, match="num_samples"):
         evaluate(*model_and_tokenizer, _dataset(1), greedy=False)
     assert torch.is_grad_enabled()
+
+
+def test_sharded_over_two_processes_equals_one_process(tmp_path) -> None:
+    script = Path(__file__).with_name("two_process_evaluation.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(script.parent), str(script.parent.parent / "src")])}
+    result = subprocess.run(
+        [*two_process_launch(), str(script), str(tmp_path)],
+        env={**env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    model, tokenizer = two_process_evaluation.model_and_tokenizer()
+    seen: list[str] = []
+    reward = two_process_evaluation.graded_reward(seen)
+    alone = evaluate(model, tokenizer, two_process_evaluation.questions(9), reward=reward, **EVAL_KWARGS)
+    # Greedy: exactly the one-process accuracy, on every process. Sampled: same count, draws of its own.
+    for rank in ranks:
+        assert rank["results"]["accuracy"] == alone["accuracy"]
+        assert rank["results"]["num_examples"] == 9 and rank["results"]["num_samples"] == 1
+    assert ranks[0]["results"] == ranks[1]["results"]
+    assert 0 < alone["accuracy"] < 2  # the reward varies, so a lost or double-counted row would show
+    # Each process graded its own five rows; the second one's fifth row only fills its batch and is not counted.
+    per_pass = [["0", "2", "4", "6", "8"], ["10", "12", "14", "16", "0"]]
+    assert [rank["seen"] for rank in ranks] == [per_pass[0] * 2, per_pass[1] * 2]  # greedy, then one sampled pass
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4])
+def test_shards_cover_every_row_once_in_equal_lengths(processes) -> None:
+    for size in range(1, 11):
+        data = Dataset.from_dict({"row": list(range(size))})
+        shards = [_shard(data, index, processes) for index in range(processes)]
+        assert len({len(part) for part, _ in shards}) == 1  # the same number of generation batches everywhere
+        counted = [row for part, count in shards for row in part["row"][:count]]
+        assert counted == list(range(size))

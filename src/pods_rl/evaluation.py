@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from datasets import Dataset
 
 RewardFunc = Callable[..., list[float]]
@@ -25,15 +26,38 @@ def _generate(model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict) -> 
     return tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def _mean_reward(model, tokenizer, dataset: Dataset, reward: RewardFunc, batch_size: int, gen_kwargs: dict) -> float:
-    """Mean reward of one completion per row; the reward sees the dataset's other columns (e.g. `answer`)."""
+def _reward_sum(
+    model, tokenizer, dataset: Dataset, counted: int, reward: RewardFunc, batch_size: int, gen_kwargs: dict
+) -> float:
+    """Sum of the rewards of one completion for each of the first `counted` rows (the rest only fill the batches).
+
+    The reward sees the dataset's other columns (e.g. `answer`).
+    """
     total = 0.0
     for start in range(0, len(dataset), batch_size):
         rows = dataset[start : start + batch_size]
         completions = _generate(model, tokenizer, rows["prompt"], gen_kwargs)
         extra = {k: v for k, v in rows.items() if k not in ("prompt", "completion")}
-        total += sum(reward(completions=[[{"role": "assistant", "content": c}] for c in completions], **extra))
-    return total / len(dataset)
+        rewards = reward(completions=[[{"role": "assistant", "content": c}] for c in completions], **extra)
+        total += sum(rewards[: max(0, counted - start)])
+    return total
+
+
+def _shard(dataset: Dataset, index: int, count: int) -> tuple[Dataset, int]:
+    """Process `index`'s contiguous share of `dataset` out of `count`, and how many of its rows count.
+
+    Every share has the same length (the short ones are filled with copies of row 0 that are not counted), so all
+    processes run the same number of generation batches: under ZeRO-3 or FSDP each forward pass is a collective.
+    """
+    size = -(-len(dataset) // count)
+    rows = list(range(index * size, min((index + 1) * size, len(dataset))))
+    return dataset.select(rows + [0] * (size - len(rows))), len(rows)
+
+
+def _sum_over_processes(values: list[float], device: torch.device) -> list[float]:
+    totals = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return totals.tolist()
 
 
 def evaluate(
@@ -48,6 +72,7 @@ def evaluate(
     num_samples: int = 0,
     temperature: float = 1.0,
     seed: int = 0,
+    sharded: bool = False,
 ) -> dict[str, float | int]:
     """Pass@1 of `model` on a conversational `dataset` (`prompt` messages plus the reward's columns).
 
@@ -55,6 +80,10 @@ def evaluate(
     k sampled completions per prompt at `temperature`, seeded so it repeats, without moving the global RNG.
     The reward defaults to the accuracy reward (1 if the answer is right, else 0): accuracy is its mean.
     The model is restored to its previous train/eval mode afterwards.
+
+    `sharded=True` is for runs on many processes (torch.distributed): every process must call it, each evaluates
+    an equal share of `dataset`, and the reward sums are added up, so every process returns the result for the
+    whole dataset. Greedy accuracy is then the same as on one process; the sampled draws differ.
     """
     if not greedy and num_samples <= 0:
         raise ValueError("nothing to evaluate: set greedy=True and/or num_samples > 0")
@@ -63,13 +92,16 @@ def evaluate(
     if reward is None:
         from pods_rl.rewards import accuracy as reward
     results: dict[str, float | int] = {"num_examples": len(dataset)}
+    num_processes = dist.get_world_size() if sharded and dist.is_available() and dist.is_initialized() else 1
+    part, counted = _shard(dataset, dist.get_rank(), num_processes) if num_processes > 1 else (dataset, len(dataset))
+    sums: dict[str, float] = {}
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             if greedy:
                 gen_kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False}
-                results["accuracy"] = _mean_reward(model, tokenizer, dataset, reward, batch_size, gen_kwargs)
+                sums["accuracy"] = _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs)
             if num_samples > 0:
                 gen_kwargs = {
                     "max_new_tokens": max_new_tokens,
@@ -80,12 +112,15 @@ def evaluate(
                 }
                 with torch.random.fork_rng(devices=[]):  # seeded here without moving the caller's RNG
                     torch.manual_seed(seed)
-                    scores = [
-                        _mean_reward(model, tokenizer, dataset, reward, batch_size, gen_kwargs)
+                    sampled = sum(
+                        _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs)
                         for _ in range(num_samples)
-                    ]
-                results["accuracy_sampled"] = sum(scores) / num_samples
+                    )
+                sums["accuracy_sampled"] = sampled / num_samples
                 results["num_samples"] = num_samples
     finally:
         model.train(was_training)
+    if num_processes > 1:
+        sums = dict(zip(sums, _sum_over_processes(list(sums.values()), model.device), strict=True))
+    results.update({key: total / len(dataset) for key, total in sums.items()})
     return results

@@ -105,7 +105,7 @@ def assert_same_as(reference: Path, out: Path) -> None:
     for state in ("optimizer.pt", "scheduler.pt"):
         loaded = torch.load(out / checkpoint / state, weights_only=True)
         torch.testing.assert_close(loaded, torch.load(reference / checkpoint / state, weights_only=True))
-    assert not list(out.glob(".tmp-*"))
+    assert not list(out.glob("_tmp-*"))
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +124,14 @@ def test_sigkill_during_checkpoint_write_and_mid_run(tiny_model_dir, reference, 
     wait_for(marker.exists, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert (out / ".tmp-checkpoint-4").exists() and not (out / "checkpoint-4").exists()
+    assert (out / "_tmp-checkpoint-4").exists() and not (out / "checkpoint-4").exists()
     assert last_checkpoint(out) == out / "checkpoint-2"
 
     process = start(["train", "--resume", str(out)])  # from checkpoint-2; killed again mid-run, after step 5
     wait_for(lambda: 5 in logged_steps(out), process)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert not (out / ".tmp-checkpoint-4").exists()  # the stale staging folder was removed on resume
+    assert not (out / "_tmp-checkpoint-4").exists()  # the stale staging folder was removed on resume
     assert last_checkpoint(out) == out / "checkpoint-4"
 
     result = runner.invoke(app, ["train", "--resume", str(out)])
@@ -168,7 +168,7 @@ def test_sigterm_saves_a_checkpoint_and_exits(tiny_model_dir, reference, tmp_pat
 
 
 def test_incomplete_checkpoints_are_never_resumed_from(tmp_path):
-    for name in ("checkpoint-2", "checkpoint-4", ".tmp-checkpoint-8"):
+    for name in ("checkpoint-2", "checkpoint-4", "_tmp-checkpoint-8"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-6").mkdir()  # no trainer_state.json: not written by a complete save

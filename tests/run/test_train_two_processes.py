@@ -25,3 +25,6 @@ def test_pods_train_on_two_processes(tiny_model_dir, tmp_path):
     # Two processes, 4 trained rows each: 8 rows = 4 prompts of m = 2, from pools of n = 4.
     assert step_records[0]["pods/rollouts_trained"] == 8
     assert step_records[0]["pods/rollouts_generated"] == 16
+    # At step 0 and at the end, over the whole held-out set (each process its half: see tests/test_evaluation.py).
+    evaluations = [r for r in steps if r["type"] == "eval"]
+    assert [(r["step"], r["num_examples"]) for r in evaluations] == [(0, 8), (2, 8)]

@@ -154,8 +154,9 @@ class RunMonitor(TrainerCallback, ExportableState):
         return every is not None and state.global_step - last["step"] >= every
 
     def _evaluate(self, state, model) -> None:
-        """Only the main process evaluates; the others keep the record of when, to stay on the same schedule."""
-        results = self.evaluate(model) if self.is_main else {}
+        """Every process evaluates (its share of the evaluation set, see `evaluate(sharded=True)`): under ZeRO-3 or
+        FSDP each forward pass needs them all. All keep the record; the main process writes it."""
+        results = self.evaluate(model)
         record = {"step": state.global_step, "train_seconds": self.train_seconds, **results}
         self.evaluations.append(record)
         self._write({"type": "eval", **record})

@@ -72,7 +72,7 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> No
 def last_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete checkpoint: renamed into place once fully written, so holding its trainer_state.json.
 
-    Staging folders (`.tmp-checkpoint-N`, left by a save that was killed) never match.
+    Staging folders (`_tmp-checkpoint-N`, left by a save that was killed) never match.
     """
     steps = [
         (int(p.name.split("-")[1]), p)
@@ -147,6 +147,7 @@ def train(
             num_samples=settings.eval.sampled_k,
             temperature=args.temperature,
             seed=settings.seed,
+            sharded=True,  # every process evaluates its share; the monitor calls this on all of them
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it

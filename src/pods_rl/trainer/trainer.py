@@ -33,6 +33,7 @@ from datasets import IterableDataset
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
@@ -43,9 +44,10 @@ from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_group, selection_scores
 
 PHASES = ("generate", "score", "select", "update")
-# A checkpoint is written under `<output_dir>/.tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
-# complete. The dot keeps staging folders out of every `checkpoint-*` glob (resume, rotation).
-STAGING_PREFIX = ".tmp-"
+# A checkpoint is written under `<output_dir>/_tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
+# complete. The prefix keeps staging folders out of every `checkpoint-*` glob (resume, rotation), and the leading
+# underscore out of Trainer's hub uploads of `output_dir` (they ignore `_*`), which may run while a save is staged.
+STAGING_PREFIX = "_tmp-"
 SELECTION_RNG_FILE = "pods_rng_state.safetensors"
 
 
@@ -89,7 +91,9 @@ class PODSTrainer(GRPOTrainer):
         """Write the checkpoint into a staging folder, then rename it into place: a kill never leaves half of one.
 
         The parent writes `<its output dir>/checkpoint-N`; while it runs, `_get_output_dir` answers
-        `<output_dir>/.tmp-checkpoint-N`, so the files land in `.tmp-checkpoint-N/checkpoint-N` first.
+        `<output_dir>/_tmp-checkpoint-N`, so the files land in `_tmp-checkpoint-N/checkpoint-N` first. The staging
+        path must not leak into the Trainer's state: the best checkpoint is recorded under its final name (before
+        `trainer_state.json` is rewritten and the folder renamed), and the hub push starts after the rename.
         """
         run_dir = Path(super()._get_output_dir(trial))
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -98,17 +102,26 @@ class PODSTrainer(GRPOTrainer):
             shutil.rmtree(staging, ignore_errors=True)  # left by a save that was killed
         self.accelerator.wait_for_everyone()
         self._staging_dir = staging
+        push_to_hub, self.args.push_to_hub = self.args.push_to_hub, False  # the parent would push the staging folder
         try:
             super()._save_checkpoint(model, trial)
         finally:
             self._staging_dir = None
+            self.args.push_to_hub = push_to_hub
+        if self.state.best_model_checkpoint == str(staging / name):  # this checkpoint is the best one
+            self.state.best_model_checkpoint = str(run_dir / name)
+            if self.args.should_save:
+                self.state.save_to_json(str(staging / name / TRAINER_STATE_NAME))
         self.accelerator.wait_for_everyone()  # every process wrote its part (e.g. its RNG state)
+        target = run_dir / name
         if self.args.should_save:
-            target = run_dir / name
             if target.exists():  # the same step saved again (e.g. after a failure): the new one replaces it
                 shutil.rmtree(target)
             (staging / name).rename(target)
             shutil.rmtree(staging)
+        if push_to_hub:
+            self._push_from_checkpoint(str(target))
+        if self.args.should_save:
             # The parent rotated inside the staging folder; rotate the real checkpoints now that this one counts.
             rotate_checkpoints(
                 str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint, use_mtime=True

@@ -1,0 +1,255 @@
+"""GPU check: seconds per generated and per trained rollout, and phase times of GRPO (n = m) vs PODS (n -> m) steps.
+
+Runs PODSTrainer (TRL's HF-generate path, no vLLM) on one GPU with a Llama built in code at the shape of a
+~0.5B model (Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied
+embeddings; random weights: cost does not depend on the values). Prompts are random token strings of a fixed
+length and completions are forced to full length (`min_new_tokens`), so every row costs the same and GRPO and
+PODS steps compare like for like: the same prompts per step and the same m trained rows per prompt, PODS
+generating n = 4m per prompt. GRPO is PODSTrainer with m = n (the same code path, nothing removed). Each run's
+first step is warm-up; the table shows medians over the others of PODSTrainer's `pods/time_*` phases (GPU
+synchronised at step boundaries) and the peak GPU memory.
+
+    python benchmarks/gpu_check.py              # one GPU: estimated 2-4 minutes on an H100-class GPU (not yet run)
+    python benchmarks/gpu_check.py --dry-run    # the same code path on CPU at a tiny shape, well under a minute
+
+It imports only torch, tokenizers, transformers, accelerate, trl, datasets, rich and pods_rl's trainer: no task, no
+math-verify, no reasoning-gym; its reward is a function of the completion's tokens defined here. (`pods train`
+on that machine would also need math-verify and its latex2sympy2_extended and antlr4-python3-runtime wheels,
+which grade answers, and reasoning-gym for its tasks.)
+
+Carrying the missing wheels to a GPU machine without internet (it has torch, transformers 5.17, accelerate 1.15,
+peft, pandas, pyarrow, xxhash, rich; not trl, datasets or their dill and multiprocess). On a machine with
+internet, in the repository root (`.whl/` is git-ignored):
+
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+        --platform manylinux2014_x86_64 -d .whl \\
+        trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 transformers==5.24.0
+
+(transformers 5.24 because pods-rl pins `transformers>=5.23,<5.25`: its trainer hooks are tested against that;
+all five are pure-Python wheels, 15 MB together.) Copy the repository with `.whl/` to the GPU machine, then:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:$PWD/src python3 benchmarks/gpu_check.py
+
+If `import datasets` then fails on the machine's pyarrow (datasets 5.2 asks for pyarrow >= 24), add that
+pyarrow's manylinux wheel to the download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.metadata
+import random
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+from datasets import Dataset
+from rich.console import Console
+from rich.table import Table
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+
+from pods_rl import PODSConfig, PODSTrainer
+
+SPECIAL = ["<pad>", "<eos>", "<unk>"]
+PHASES = ("generate", "score", "select", "update")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The model and the batch: everything the check's cost depends on."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    prompt_tokens: int
+    completion_tokens: int
+    prompts_per_step: int
+    m: int
+    n_pods: int
+
+
+REAL = Shape(
+    151_936, 896, 24, 14, 2, 4864, prompt_tokens=256, completion_tokens=512, prompts_per_step=8, m=8, n_pods=32
+)
+DRY = Shape(1024, 64, 2, 4, 2, 128, prompt_tokens=16, completion_tokens=16, prompts_per_step=2, m=4, n_pods=16)
+
+
+def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A tokenizer of `vocab_size` words `w3`, `w4`, ... (one token each), so any sampled id decodes."""
+    vocab = {token: i for i, token in enumerate(SPECIAL)}
+    vocab.update({f"w{i}": i for i in range(len(SPECIAL), vocab_size)})
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def random_llama(shape: Shape, tokenizer: PreTrainedTokenizerFast, device: torch.device) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        max_position_embeddings=shape.prompt_tokens + shape.completion_tokens,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    with device:
+        model = LlamaForCausalLM(config)
+    return model.to(torch.bfloat16) if device.type == "cuda" else model
+
+
+def prompts(shape: Shape, count: int) -> Dataset:
+    """Plain-text prompts of exactly `prompt_tokens` random words."""
+    rng = random.Random(0)
+    words = range(len(SPECIAL), shape.vocab_size)
+    return Dataset.from_dict(
+        {"prompt": [" ".join(f"w{rng.choice(words)}" for _ in range(shape.prompt_tokens)) for _ in range(count)]}
+    )
+
+
+def even_word_fraction(completions: list[str], **kwargs) -> list[float]:
+    """A cheap reward with spread across a pool: the fraction of the completion's words with an even id."""
+    rewards = []
+    for text in completions:
+        ids = [int(word[1:]) for word in text.split() if word[1:].isdigit()]
+        rewards.append(sum(i % 2 == 0 for i in ids) / max(len(ids), 1))
+    return rewards
+
+
+class CudaSync(TrainerCallback):
+    """Waits for the GPU at step boundaries, so that each step's queued kernels count in that step's phases."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        torch.cuda.synchronize()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        torch.cuda.synchronize()
+
+
+def run(shape: Shape, n: int, steps: int, device: torch.device, tokenizer: PreTrainedTokenizerFast) -> dict[str, float]:
+    """Median phase seconds of PODSTrainer steps with pools of n and m trained rows per prompt."""
+    model = random_llama(shape, tokenizer, device)
+    rows = shape.prompts_per_step * shape.m  # trained rows per step, the same for GRPO and PODS
+    micro_batch = min(rows, 16)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory() as out:
+        args = PODSConfig(
+            output_dir=out,
+            num_generations=n,
+            num_selected=shape.m,
+            per_device_train_batch_size=micro_batch,
+            gradient_accumulation_steps=rows // micro_batch,
+            max_completion_length=shape.completion_tokens,
+            generation_kwargs={"min_new_tokens": shape.completion_tokens},  # no early EOS: every row costs the same
+            temperature=1.0,
+            beta=0.0,
+            max_steps=steps,
+            learning_rate=1e-6,
+            bf16=device.type == "cuda",
+            use_cpu=device.type == "cpu",
+            activation_checkpointing=False,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=0,
+        )
+        trainer = PODSTrainer(
+            model=model,
+            reward_funcs=even_word_fraction,
+            args=args,
+            train_dataset=prompts(shape, shape.prompts_per_step * steps),
+            processing_class=tokenizer,
+        )
+        trainer.remove_callback(PrinterCallback)  # the table is the output
+        if device.type == "cuda":
+            trainer.callback_handler.callbacks.insert(0, CudaSync())  # before the phase clock reads its time
+        trainer.train()
+    logs = [log for log in trainer.state.log_history if "pods/time_generate" in log][1:]  # the first is warm-up
+    result = {phase: statistics.median(log[f"pods/time_{phase}"] for log in logs) for phase in PHASES}
+    result["step"] = sum(result[phase] for phase in PHASES)
+    result["generated"] = logs[-1]["pods/rollouts_generated"]
+    result["trained"] = logs[-1]["pods/rollouts_trained"]
+    result["memory_gib"] = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+    result["params"] = sum(p.numel() for p in model.parameters())
+    del trainer, model
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shape: checks the code path in seconds")
+    parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is warm-up (default 4)")
+    options = parser.parse_args()
+    if options.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is warm-up)")
+    warnings.filterwarnings("ignore")
+    if options.dry_run:
+        device, shape = torch.device("cpu"), DRY
+    elif torch.cuda.is_available():
+        device, shape = torch.device("cuda"), REAL
+    else:
+        parser.error("no GPU found: run on a GPU machine, or use --dry-run")
+    console = Console(width=200)  # the whole table, also in a log file
+    versions = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("torch", "transformers", "trl"))
+    where = (
+        torch.cuda.get_device_name() if device.type == "cuda" else "CPU, dry run (code path only: times mean nothing)"
+    )
+    console.print(f"{where}; {versions}; shape {shape}")
+
+    started = time.perf_counter()
+    tokenizer = word_tokenizer(shape.vocab_size)
+    results = {
+        "GRPO": run(shape, shape.m, options.steps, device, tokenizer),
+        "PODS": run(shape, shape.n_pods, options.steps, device, tokenizer),
+    }
+    grpo = results["GRPO"]
+    table = Table(
+        title=(
+            f"{grpo['params'] / 1e6:.1f}M-parameter Llama, {shape.prompt_tokens}-token prompts, "
+            f"{shape.completion_tokens}-token completions, {shape.prompts_per_step} prompts per step, "
+            f"median of steps 2-{options.steps}"
+        )
+    )
+    columns = ["run", "n", "m", "generated", "trained", *(f"{p} (s)" for p in PHASES), "step (s)"]
+    columns += ["s / generated", "s / trained", "peak GiB"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, r in results.items():
+        n = shape.m if name == "GRPO" else shape.n_pods
+        table.add_row(
+            name, str(n), str(shape.m), f"{r['generated']:.0f}", f"{r['trained']:.0f}",
+            *(f"{r[p]:.3f}" for p in PHASES), f"{r['step']:.3f}",
+            f"{r['generate'] / r['generated']:.5f}", f"{r['update'] / r['trained']:.5f}", f"{r['memory_gib']:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    pods = results["PODS"]
+    console.print(
+        f"PODS / GRPO: step {pods['step'] / grpo['step']:.2f}x, generate {pods['generate'] / grpo['generate']:.2f}x "
+        f"for {shape.n_pods // shape.m}x the rollouts, update {pods['update'] / grpo['update']:.2f}x for the same "
+        f"trained rows. s / generated = generate time per generated rollout; s / trained = update time per trained "
+        f"rollout. Total {time.perf_counter() - started:.0f} s."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -261,9 +261,9 @@ class PODSTrainer(GRPOTrainer):
             "logprobs": logprobs,
             "images": images,
             "tool_images": tool_images or None,  # an empty list when no tool ran
-            **{f"extra:{key}": value for key, value in extra_fields.items() if isinstance(value, list)},
+            **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, local_size)},
             # Columns that reward functions logged through `log_extra`, one value per pool row.
-            **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if len(value) == local_size},
+            **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if _per_row(value, local_size)},
         }
         if self.environment_factories is not None:
             columns["environment"] = self._batch_environments
@@ -288,7 +288,7 @@ class PODSTrainer(GRPOTrainer):
         self.num_generations = self.num_selected  # TRL now groups the trained rows by m
         self.phase_seconds["select"] += time.perf_counter() - start
 
-        extra = {key: value for key, value in extra_fields.items() if not isinstance(value, list)}
+        extra = {key: value for key, value in extra_fields.items() if not _per_row(value, local_size)}
         extra.update({key[6:]: value for key, value in rows.items() if key.startswith("extra:")})
         # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
         images = _dataset_images(rows["input"]) if images is None else rows["images"]
@@ -359,6 +359,11 @@ class PODSTrainer(GRPOTrainer):
         tokens = self.accelerator.gather(lengths).double().cpu()
         metrics["pods/tokens_generated"].append(tokens.sum().item())
         metrics["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+
+
+def _per_row(value: Any, rows: int) -> bool:
+    """Whether an extra field or log_extra column holds one value per pool row (else it is kept whole)."""
+    return isinstance(value, list) and len(value) == rows
 
 
 def _merge_extra_fields(inputs: list[dict], extra_fields: dict) -> list[dict]:

@@ -212,8 +212,10 @@ def test_evaluation_generates_n_per_prompt(tmp_path):
         dict(loss_type="bnpo", selection_rule="random", advantage_stats="pool"),
         dict(loss_type="dapo", selection_rule="max_reward"),
         dict(gradient_accumulation_steps=2, num_iterations=2),
+        dict(scale_rewards="batch", advantage_stats="pool"),
+        dict(multi_objective_aggregation="normalize_then_sum", reward=[vowel_reward, length_reward]),
     ],
-    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+    ids=lambda o: ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in o.items()),
 )
 def test_trains_with_trl_options(tmp_path, overrides):
     trainer = make_trainer(tmp_path, num_generations=8, num_selected=4, **overrides)

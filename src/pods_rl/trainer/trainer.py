@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from datasets import IterableDataset
+from datasets import Dataset, IterableDataset
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainerCallback
@@ -65,6 +65,7 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        _environment_placeholder(args, kwargs)
         super().__init__(model, reward_funcs, args, **kwargs)
         self.pool_size = args.num_generations
         self.num_selected = args.num_selected
@@ -359,6 +360,22 @@ class PODSTrainer(GRPOTrainer):
         tokens = self.accelerator.gather(lengths).double().cpu()
         metrics["pods/tokens_generated"].append(tokens.sum().item())
         metrics["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+
+
+def _environment_placeholder(args: PODSConfig, kwargs: dict) -> None:
+    """When a single environment owns the data (no train_dataset), TRL builds a placeholder of
+    `generation_batch_size / n` empty prompts; PODS draws `generation_batch_size / m` prompts per generation, so
+    TRL's would yield no batch at all. Build it at PODS's size (TRL still raises for its own error cases: a dict of
+    environments, or no max_steps)."""
+    factory = kwargs.get("environment_factory")
+    if (
+        kwargs.get("train_dataset") is None
+        and callable(factory)
+        and not isinstance(factory, dict)
+        and args.max_steps > 0
+    ):
+        prompts = args.generation_batch_size // args.num_selected
+        kwargs["train_dataset"] = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -149,12 +149,17 @@ def test_nonfinite_reward_is_an_error_naming_the_prompt(tmp_path, bad):
 
 
 def test_none_reward_still_means_not_applicable(tmp_path):
-    """TRL's convention: None marks a sample a reward function does not apply to; it is not an error."""
+    """TRL's convention: None marks a sample a reward function does not apply to; it is not an error, and it is
+    left out of that function's mean (counted as 0 it would pull the mean below 0.5)."""
 
     def partial(completions, **kwargs):
         return [None] + [0.5] * (len(completions) - 1)
 
-    make_trainer(tmp_path, reward=[partial, vowel_reward], num_generations=4, num_selected=2, max_steps=1).train()
+    trainer = make_trainer(tmp_path, reward=[partial, vowel_reward], num_generations=4, num_selected=2, max_steps=1)
+    trainer.train()
+    logged = next(entry for entry in trainer.state.log_history if "rewards/partial/mean" in entry)
+    assert logged["rewards/partial/mean"] == 0.5
+    assert logged["rewards/partial/std"] == 0.0
 
 
 @pytest.mark.parametrize("case", ["empty", "truncated"])

@@ -1,4 +1,5 @@
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -212,8 +213,10 @@ def test_evaluation_generates_n_per_prompt(tmp_path):
         dict(loss_type="bnpo", selection_rule="random", advantage_stats="pool"),
         dict(loss_type="dapo", selection_rule="max_reward"),
         dict(gradient_accumulation_steps=2, num_iterations=2),
+        dict(scale_rewards="batch", advantage_stats="pool"),
+        dict(multi_objective_aggregation="normalize_then_sum", reward=[vowel_reward, length_reward]),
     ],
-    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+    ids=lambda o: ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in o.items()),
 )
 def test_trains_with_trl_options(tmp_path, overrides):
     trainer = make_trainer(tmp_path, num_generations=8, num_selected=4, **overrides)
@@ -357,3 +360,23 @@ def test_logs_describe_the_pool_and_the_advantages_used(tmp_path):
     chosen = torch.tensor(kept, dtype=torch.float64).view(-1, m)
     expected = (chosen - groups.mean(dim=1, keepdim=True)) / (groups.std(dim=1, keepdim=True) + 1e-4)
     torch.testing.assert_close(trained[0]["advantages"].double().view(-1, m), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_environment_owned_data_gets_one_placeholder_prompt_per_trained_group(tmp_path, monkeypatch):
+    """Without a train_dataset, TRL's placeholder has generation_batch_size / n prompts: too few for PODS's sampler,
+    which draws generation_batch_size / m per generation (here TRL's would hold 4 / 8 = 0 prompts). PODSTrainer
+    passes its own."""
+    received = {}
+
+    def fake_init(self, model, reward_funcs, args, **kwargs):
+        received.update(kwargs)
+        raise InterruptedError
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", fake_init)
+    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=8, num_selected=2, max_steps=1))
+    with pytest.raises(InterruptedError):
+        PODSTrainer(model="unused", reward_funcs=vowel_reward, args=args, environment_factory=object)
+    assert len(received["train_dataset"]) == args.generation_batch_size // 2 == 2
+    stub = SimpleNamespace(args=args, num_iterations=1, shuffle_dataset=False)
+    sampler = PODSTrainer._get_train_sampler(stub, received["train_dataset"])
+    assert len(list(sampler)) == args.local_pool_size  # one generation batch: both prompts, 8 rollouts each

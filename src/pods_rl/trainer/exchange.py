@@ -46,7 +46,7 @@ def take_rows(
     """This process's rows of `plan`, column by column, in the plan's order.
 
     `columns` holds this process's generated rows (each a list of `rows_per_process` values, or None for a column
-    absent everywhere); `plan[p]` lists the global rows process p trains on.
+    this process does not have); `plan[p]` lists the global rows process p trains on, the same on every process.
     """
     num_processes = len(plan)
     owner = owners(plan, rows_per_process)

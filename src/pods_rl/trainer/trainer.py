@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from datasets import IterableDataset
+from datasets import Dataset, IterableDataset
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainerCallback
@@ -67,6 +67,7 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        _environment_placeholder(args, kwargs)
         super().__init__(model, reward_funcs, args, **kwargs)
         self.pool_size = args.num_generations
         self.num_selected = args.num_selected
@@ -274,9 +275,9 @@ class PODSTrainer(GRPOTrainer):
             "logprobs": logprobs,
             "images": images,
             "tool_images": tool_images or None,  # an empty list when no tool ran
-            **{f"extra:{key}": value for key, value in extra_fields.items() if isinstance(value, list)},
+            **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, local_size)},
             # Columns that reward functions logged through `log_extra`, one value per pool row.
-            **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if len(value) == local_size},
+            **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if _per_row(value, local_size)},
         }
         if self.environment_factories is not None:
             columns["environment"] = self._batch_environments
@@ -301,7 +302,7 @@ class PODSTrainer(GRPOTrainer):
         self.num_generations = self.num_selected  # TRL now groups the trained rows by m
         self.phase_seconds["select"] += time.perf_counter() - start
 
-        extra = {key: value for key, value in extra_fields.items() if not isinstance(value, list)}
+        extra = {key: value for key, value in extra_fields.items() if not _per_row(value, local_size)}
         extra.update({key[6:]: value for key, value in rows.items() if key.startswith("extra:")})
         # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
         images = _dataset_images(rows["input"]) if images is None else rows["images"]
@@ -372,6 +373,27 @@ class PODSTrainer(GRPOTrainer):
         tokens = self.accelerator.gather(lengths).double().cpu()
         metrics["pods/tokens_generated"].append(tokens.sum().item())
         metrics["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+
+
+def _environment_placeholder(args: PODSConfig, kwargs: dict) -> None:
+    """When a single environment owns the data (no train_dataset), TRL builds a placeholder of
+    `generation_batch_size / n` empty prompts; PODS draws `generation_batch_size / m` prompts per generation, so
+    TRL's would yield no batch at all. Build it at PODS's size (TRL still raises for its own error cases: a dict of
+    environments, or no max_steps)."""
+    factory = kwargs.get("environment_factory")
+    if (
+        kwargs.get("train_dataset") is None
+        and callable(factory)
+        and not isinstance(factory, dict)
+        and args.max_steps > 0
+    ):
+        prompts = args.generation_batch_size // args.num_selected
+        kwargs["train_dataset"] = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
+
+
+def _per_row(value: Any, rows: int) -> bool:
+    """Whether an extra field or log_extra column holds one value per pool row (else it is kept whole)."""
+    return isinstance(value, list) and len(value) == rows
 
 
 def _merge_extra_fields(inputs: list[dict], extra_fields: dict) -> list[dict]:

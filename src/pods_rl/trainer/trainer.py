@@ -35,7 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable
 
-from pods_rl.core import group_advantages, select_rollouts
+from pods_rl.core import group_advantages, select_batch, select_rollouts
 from pods_rl.trainer.config import PODSConfig
 
 PHASES = ("generate", "score", "select", "update")
@@ -189,21 +189,16 @@ class PODSTrainer(GRPOTrainer):
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
 
         start = time.perf_counter()
-        n, m = self.pool_size, self.num_selected
+        n = self.pool_size
         weights = self.reward_weights.to(rewards_per_func.device)
         pool_rewards = (rewards_per_func * weights).nansum(dim=1).view(-1, n).double().cpu()
         scorable = ~torch.isnan(rewards_per_func).all(dim=1).view(-1, n).cpu()
         pool_rewards = pool_rewards.masked_fill(~scorable, 0.0)
-        selected = select_rollouts(
-            pool_rewards, m, self.args.selection_rule, valid=scorable, generator=self._selection_generator
+        lengths = torch.tensor(
+            [len(ids) for ids in completion_ids], dtype=torch.float64, device=self.accelerator.device
         )
-        selected_rewards = pool_rewards.gather(1, selected)
-        advantages = group_advantages(
-            selected_rewards,
-            scale="none" if self.scale_rewards == "none" else "std",
-            pool=pool_rewards if self.args.advantage_stats == "pool" else None,
-        )
-        global_rows = (selected + torch.arange(len(selected)).unsqueeze(1) * n).flatten()
+        lengths = self.accelerator.gather(lengths).cpu()  # completion tokens of every pool row
+        global_rows, advantages, chosen = self._select(pool_rewards, scorable, lengths.view(-1, n))
 
         # Every process holds every pool row after this gather; each then keeps an equal contiguous share.
         columns = {
@@ -226,16 +221,15 @@ class PODSTrainer(GRPOTrainer):
         mine = slice(self.accelerator.process_index * share, (self.accelerator.process_index + 1) * share)
         rows = [all_rows[i] for i in global_rows[mine].tolist()]
         self._selected_rewards_per_func = rewards_per_func[global_rows.to(rewards_per_func.device)]
-        self._selected_advantages = advantages.flatten()[mine].to(device=self.accelerator.device, dtype=torch.float32)
-        tokens = torch.tensor([len(row["completion_ids"]) for row in all_rows], dtype=torch.float64)
-        self._log_selection(pool_rewards, scorable, selected, selected_rewards)
-        self._metrics["train"]["pods/tokens_generated"].append(tokens.sum().item())
-        self._metrics["train"]["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+        self._selected_advantages = advantages[mine].to(device=self.accelerator.device, dtype=torch.float32)
+        self._log_selection(pool_rewards, scorable, chosen)
+        self._metrics["train"]["pods/tokens_generated"].append(lengths.sum().item())
+        self._metrics["train"]["pods/tokens_trained"].append(lengths[global_rows].sum().item())
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = [row["prompt"] for row in rows]
         inputs[:] = [row["input"] for row in rows]
-        self.num_generations = m  # TRL now groups the trained rows by m
+        self.num_generations = self.num_selected  # TRL now groups the trained rows by m (only for its own logs)
         self.phase_seconds["select"] += time.perf_counter() - start
 
         def column(key: str) -> list | None:
@@ -254,34 +248,83 @@ class PODSTrainer(GRPOTrainer):
             column("tool_images") or [],
         )
 
-    def _log_selection(
-        self,
-        pool_rewards: torch.Tensor,
-        scorable: torch.Tensor,
-        selected: torch.Tensor,
-        selected_rewards: torch.Tensor,
-    ) -> None:
+    def _select(
+        self, pool_rewards: torch.Tensor, scorable: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows to train on for (G, n) pool rewards: global row indices in group order, their advantages, the mask.
+
+        Per prompt, m rows of every group; with `selection_budget="batch"`, each process's row budget spread over its
+        own groups (whole pools are local to a process, checked by PODSConfig), so every process still trains
+        exactly `per_device_train_batch_size * steps_per_generation` rows. Advantages are per group either way.
+        """
+        args, m = self.args, self.num_selected
+        tie_lengths = lengths if args.selection_tie_break == "shortest" else None
+        if args.selection_budget == "batch":
+            budget = args.per_device_train_batch_size * args.steps_per_generation
+            groups = budget // m  # per process
+            chosen = torch.cat(
+                [
+                    select_batch(
+                        pool_rewards[first : first + groups],
+                        budget,
+                        valid=scorable[first : first + groups],
+                        lengths=None if tie_lengths is None else tie_lengths[first : first + groups],
+                    )
+                    for first in range(0, len(pool_rewards), groups)
+                ]
+            )
+        else:
+            selected = select_rollouts(
+                pool_rewards,
+                m,
+                args.selection_rule,
+                valid=scorable,
+                lengths=tie_lengths,
+                generator=self._selection_generator,
+            )
+            chosen = torch.zeros_like(scorable).scatter(1, selected, True)
+        advantages = group_advantages(
+            pool_rewards,
+            scale="none" if self.scale_rewards == "none" else "std",
+            pool=pool_rewards if args.advantage_stats == "pool" else None,
+            mask=chosen,
+        )
+        return chosen.flatten().nonzero().squeeze(1), advantages[chosen], chosen
+
+    def _log_selection(self, pool_rewards: torch.Tensor, scorable: torch.Tensor, chosen: torch.Tensor) -> None:
         """Log what the selection kept, under `pods/`, so runs can be audited and costed."""
         metrics = self._metrics["train"]
         valid_pool = pool_rewards[scorable]
+        selected_rewards = pool_rewards[chosen]
         metrics["pods/pool_reward_mean"].append(valid_pool.mean().item())
         metrics["pods/pool_reward_std"].append(valid_pool.std().item() if valid_pool.numel() > 1 else 0.0)
         metrics["pods/selected_reward_mean"].append(selected_rewards.mean().item())
         metrics["pods/selected_reward_std"].append(selected_rewards.std().item())
-        selected_var = selected_rewards.var(dim=1, unbiased=False)
-        if self.args.selection_rule == "max_variance":
-            best_var = selected_var
+        rows = chosen.sum(dim=1)
+        captured = _squared_deviation(pool_rewards, chosen)  # per group: rows x selected variance
+        if self.args.selection_rule == "max_variance" and self.args.selection_budget == "per_prompt":
+            per_prompt_best = captured
         else:
             best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
-            best_var = pool_rewards.gather(1, best).var(dim=1, unbiased=False)
-        counts = scorable.sum(dim=1)
-        pool_mean = (pool_rewards * scorable).sum(dim=1, keepdim=True) / counts.unsqueeze(1)
-        pool_var = ((pool_rewards - pool_mean).square() * scorable).sum(dim=1) / counts  # over scorable rollouts
-        metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
+            per_prompt_best = _squared_deviation(pool_rewards, torch.zeros_like(chosen).scatter(1, best, True))
+        pool_var = _squared_deviation(pool_rewards, scorable) / scorable.sum(dim=1)  # over scorable rollouts
+        selected_var = captured / rows.clamp(min=1)
+        metrics["pods/selected_var_frac_of_best"].append(_ratio(captured.sum(), per_prompt_best.sum()))
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
         metrics["pods/rollouts_generated"].append(float(pool_rewards.numel()))
-        metrics["pods/rollouts_trained"].append(float(selected.numel()))
+        metrics["pods/rollouts_trained"].append(float(rows.sum()))
+        metrics["pods/rows_per_group_min"].append(float(rows.min()))
+        metrics["pods/rows_per_group_mean"].append(rows.double().mean().item())
+        metrics["pods/rows_per_group_max"].append(float(rows.max()))
+        metrics["pods/groups_without_rows_frac"].append((rows == 0).double().mean().item())
+
+
+def _squared_deviation(rewards: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """Per group, the total squared deviation of the member rewards from their mean (0 for no members)."""
+    count = members.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = torch.where(members, rewards, 0.0).sum(dim=1, keepdim=True) / count
+    return torch.where(members, rewards - mean, 0.0).square().sum(dim=1)
 
 
 def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:

@@ -81,20 +81,19 @@ def _allocate(gain: torch.Tensor, tie_cost: torch.Tensor, budget: int, tolerance
     """
     num_groups, sizes = gain.shape
     device = gain.device
-    rows = torch.arange(budget + 1, device=device)
-    rest = rows.unsqueeze(1) - torch.arange(sizes, device=device)  # rows left for the later groups, (B + 1, S)
-    fits = rest >= 0
-    rest = rest.clamp(min=0)
+    fits = torch.arange(budget + 1, device=device).unsqueeze(1) >= torch.arange(sizes, device=device)  # (B + 1, S)
     value = torch.full((budget + 1,), float("-inf"), dtype=torch.float64, device=device)
     value[0] = 0.0
     cost = torch.zeros(budget + 1, dtype=torch.int64, device=device)
     never = torch.iinfo(torch.int64).max
     choices = torch.zeros(num_groups, budget + 1, dtype=torch.int64, device=device)
     for group in reversed(range(num_groups)):
-        candidate = torch.where(fits, value[rest] + gain[group], float("-inf"))
+        # Row b, column s reads the later groups' state at b - s: a sliding window over the padded state (a view).
+        later_value = _windows(value, sizes, float("-inf"))
+        candidate = torch.where(fits, later_value + gain[group], float("-inf"))
         best = candidate.amax(dim=1, keepdim=True)
         eligible = torch.isfinite(candidate) & (candidate >= best - tolerance)
-        candidate_cost = torch.where(eligible, cost[rest] + tie_cost[group], never)
+        candidate_cost = torch.where(eligible, _windows(cost, sizes, 0) + tie_cost[group], never)
         chosen = (candidate_cost == candidate_cost.amin(dim=1, keepdim=True)) & eligible
         choice = chosen.int().argmax(dim=1, keepdim=True)  # the smallest tied size
         choices[group] = choice.squeeze(1)
@@ -107,6 +106,12 @@ def _allocate(gain: torch.Tensor, tie_cost: torch.Tensor, budget: int, tolerance
         allocation.append(row[left])
         left -= row[left]
     return torch.tensor(allocation, dtype=torch.int64, device=device)
+
+
+def _windows(state: torch.Tensor, sizes: int, fill: float) -> torch.Tensor:
+    """(B + 1, S) view with [b, s] = state[b - s], `fill` where b < s."""
+    padded = torch.cat([state.new_full((sizes - 1,), fill), state])
+    return padded.unfold(0, sizes, 1).flip(1)
 
 
 def _check_budget(budget: int) -> int:

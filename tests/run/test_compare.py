@@ -226,5 +226,5 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert trainers["pods-batch"]["selection_budget"] == "batch"
     assert trainers["pods-shortest"]["selection_tie_break"] == "shortest"
     assert trainers["pods"].get("selection_budget", "per_prompt") == "per_prompt"
-    assert settings.base["time_budget"] is None and {t["max_steps"] for t in trainers.values()} == {60}
+    assert settings.base["time_budget"] is None and {t["max_steps"] for t in trainers.values()} == {30}
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}

@@ -183,7 +183,7 @@ class PODSTrainer(GRPOTrainer):
         return rewards
 
     def _down_sample(self, prompts: list, generated: tuple) -> tuple:
-        """Score the pool, select m rollouts per prompt and keep this process's share of them."""
+        """Score the pool, select the rows to train (`_select`) and keep this process's share of them."""
         (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
         inputs = self._pool_inputs
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)

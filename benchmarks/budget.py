@@ -1,6 +1,6 @@
 """The row budget (select_batch) and token-aware ties: their cost, and what they did in a `pods compare` run.
 
-    python benchmarks/budget.py                          # selection time: select_batch vs select_rollouts
+    python benchmarks/budget.py                          # selection time, and how select_batch spreads rows
     python benchmarks/budget.py runs/compare-budget      # plus per-arm tables of a finished comparison folder
 
 The comparison tables give, per arm and averaged over seeds: held-out accuracy at every evaluated step, completion
@@ -25,12 +25,39 @@ from pods_rl import select_batch, select_rollouts
 PHASES = ("generate", "score", "select", "update")
 
 
-def rewards_like_training(groups: int, n: int, generator: torch.Generator) -> torch.Tensor:
-    """0/1 accuracy with a per-prompt success rate (a quarter of the prompts always right) plus a format reward."""
+def rewards_like_training(groups: int, n: int, generator: torch.Generator, *, format_reward: bool = True):
+    """0/1 accuracy with a per-prompt success rate (a quarter of the prompts always right), plus a format reward."""
     rate = torch.rand(groups, 1, generator=generator)
     rate[: groups // 4] = 1.0
     accuracy = (torch.rand(groups, n, generator=generator) < rate).double()
+    if not format_reward:
+        return accuracy
     return accuracy + torch.randint(0, 5, (groups, n), generator=generator) * 0.025
+
+
+def allocation_table(batches: int = 50) -> Table:
+    """How select_batch spreads 64 rows over 16 prompts of 16 rollouts, with and without a small format reward."""
+    table = Table("rewards", "groups all equal", "rows to them", "varied groups without rows", "rows per varied group",
+                  title=f"select_batch(rewards, 64) on {batches} batches of 16 x 16, mean")  # fmt: skip
+    for format_reward in (False, True):
+        generator = torch.Generator().manual_seed(0)
+        equal, to_equal, empty, rows = [], [], [], []
+        for _ in range(batches):
+            rewards = rewards_like_training(16, 16, generator, format_reward=format_reward)
+            sizes = select_batch(rewards, 64).sum(dim=1)
+            flat = rewards.amax(dim=1) == rewards.amin(dim=1)
+            equal.append(flat.double().mean().item())
+            to_equal.append(sizes[flat].sum().item())
+            empty.append((sizes[~flat] == 0).double().mean().item())
+            rows.extend(sizes[~flat].tolist())
+        table.add_row(
+            "0/1 accuracy + format (0..0.1)" if format_reward else "0/1 accuracy",
+            f"{100 * mean(equal):.0f}%",
+            f"{mean(to_equal):.1f}",
+            f"{100 * mean(empty):.0f}%",
+            f"{mean(rows):.1f} (max {max(rows)})",
+        )
+    return table
 
 
 def median_ms(function, repeats: int = 11) -> float:
@@ -112,6 +139,7 @@ def main() -> None:
     console = Console(width=160)
     console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     console.print(timing_table())
+    console.print(allocation_table())
     for folder in sys.argv[1:]:
         for table in comparison_tables(Path(folder)):
             console.print(table)

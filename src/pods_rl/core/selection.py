@@ -87,9 +87,10 @@ class _Ranking(NamedTuple):
     count: torch.Tensor  # (G, 1) valid rollouts
     moments: torch.Tensor  # (2, G, n + 1) prefix sums of x and x^2, x centred at the group's midrange
     half_range: torch.Tensor  # (G, 1) half the range of the valid rewards (|x| <= half_range)
-    tokens: torch.Tensor | None  # (G, n + 1) prefix sums of lengths, or None without lengths
-    class_start: torch.Tensor  # (G, n) first position of the class of equal rewards holding each position
-    class_end: torch.Tensor  # (G, n) one past its last position
+    # With lengths only (else None):
+    tokens: torch.Tensor | None  # (G, n + 1) prefix sums of lengths
+    class_start: torch.Tensor | None  # (G, n) first position of the class of equal rewards holding each position
+    class_end: torch.Tensor | None  # (G, n) one past its last position
 
 
 def _rank(rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tensor | None) -> _Ranking:
@@ -102,7 +103,7 @@ def _rank(rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tens
         by_length = torch.sort(lengths, dim=1, stable=True).indices
         ranked, position = torch.sort(keys.gather(1, by_length), dim=1, descending=True, stable=True)
         order = by_length.gather(1, position)
-    positions = torch.arange(n, device=rewards.device).expand(num_groups, n)
+    positions = torch.arange(n, device=rewards.device)  # broadcast against (G, 1); an expanded copy is slow
     inside = positions < count
     ranked = ranked.double()
     lowest = ranked.gather(1, (count - 1).clamp(min=0))
@@ -110,9 +111,9 @@ def _rank(rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tens
     centre, half_range = (torch.where(count > 0, value, 0.0) for value in (centre, half_range))  # empty groups
     x = torch.where(inside, ranked - centre, 0.0)
     moments = torch.nn.functional.pad(torch.stack([x, x.square()]).cumsum(dim=-1), (1, 0))
-    tokens = None
-    if lengths is not None:
-        tokens = torch.nn.functional.pad(lengths.gather(1, order).double().cumsum(dim=1), (1, 0))
+    if lengths is None:
+        return _Ranking(order, count, moments, half_range, None, None, None)
+    tokens = torch.nn.functional.pad(lengths.gather(1, order).double().cumsum(dim=1), (1, 0))
     same = ranked[:, 1:] == ranked[:, :-1]
     new_class = torch.nn.functional.pad(~same, (1, 0), value=True)
     class_start = torch.where(new_class, positions, 0).cummax(dim=1).values
@@ -140,7 +141,7 @@ def _split_scores(ranking: _Ranking, size: torch.Tensor) -> tuple[torch.Tensor, 
     def prefix(at: torch.Tensor) -> torch.Tensor:
         return ranking.moments.gather(2, at.flatten(1).expand(2, -1, -1)).view(2, *at.shape)
 
-    total, squares = prefix(high) + prefix(count.expand_as(low)) - prefix(low)
+    total, squares = prefix(high) + prefix(count) - prefix(low)
     score = torch.where(feasible, size * squares - total.square(), float("-inf"))
     tolerance = _TIE_RTOL * (size * ranking.half_range.unsqueeze(-1)).square()
     return score, tolerance
@@ -156,32 +157,30 @@ def _best_subsets(ranking: _Ranking, size: torch.Tensor) -> torch.Tensor:
     """
     score, tolerance = _split_scores(ranking, size)
     score, tolerance = score[:, 0], tolerance[:, 0]  # (G, K + 1), (G, 1)
+    tied = score >= score.amax(dim=1, keepdim=True) - tolerance
     num_groups, n = ranking.order.shape
-    splits = torch.arange(score.shape[1], device=score.device).expand_as(score)
+    positions = torch.arange(n, device=score.device)
+    if ranking.tokens is None:
+        k = tied.int().argmax(dim=1, keepdim=True)  # first (smallest) tied k
+        chosen = (positions < k) | ((positions >= ranking.count - (size - k)) & (positions < ranking.count))
+        return torch.zeros_like(chosen).scatter(1, ranking.order, chosen)
+    splits = torch.arange(score.shape[1], device=score.device).repeat(num_groups, 1)
     bottom = size - splits
     boundary = (ranking.count - bottom).clamp(max=n - 1)  # first position of the bottom part
     has_bottom = bottom > 0
     class_end = torch.where(has_bottom, ranking.class_end.gather(1, boundary), ranking.count)
-    if ranking.tokens is None:
-        start = ranking.count - bottom
-    else:
-        start = torch.where(has_bottom, torch.maximum(ranking.class_start.gather(1, boundary), splits), splits)
+    start = torch.where(has_bottom, torch.maximum(ranking.class_start.gather(1, boundary), splits), splits)
     taken = torch.where(has_bottom, class_end - (ranking.count - bottom), 0)  # of the boundary class
-    tied = score >= score.amax(dim=1, keepdim=True) - tolerance
-    if ranking.tokens is None:
-        k = tied.int().argmax(dim=1, keepdim=True)  # first (smallest) tied k
-    else:
-        tokens = ranking.tokens
-        cost = (
-            tokens.gather(1, splits.clamp(max=n))
-            + tokens.gather(1, (start + taken).clamp(max=n))
-            - tokens.gather(1, start.clamp(max=n))
-            + tokens.gather(1, ranking.count)
-            - tokens.gather(1, class_end)
-        )
-        k = torch.where(tied, cost, float("inf")).argmin(dim=1, keepdim=True)  # first of equal minima
+    tokens = ranking.tokens
+    cost = (
+        tokens.gather(1, splits.clamp(max=n))
+        + tokens.gather(1, (start + taken).clamp(max=n))
+        - tokens.gather(1, start.clamp(max=n))
+        + tokens.gather(1, ranking.count)
+        - tokens.gather(1, class_end)
+    )
+    k = torch.where(tied, cost, float("inf")).argmin(dim=1, keepdim=True)  # first of equal minima
     start, taken, class_end = (value.gather(1, k) for value in (start, taken, class_end))
-    positions = torch.arange(n, device=score.device).expand(num_groups, n)
     chosen = (positions < k) | ((positions >= start) & (positions < start + taken))
     chosen |= (positions >= class_end) & (positions < ranking.count)
     return torch.zeros_like(chosen).scatter(1, ranking.order, chosen)

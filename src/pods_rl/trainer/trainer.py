@@ -303,13 +303,16 @@ class PODSTrainer(GRPOTrainer):
         rows = chosen.sum(dim=1)
         captured = _squared_deviation(pool_rewards, chosen)  # per group: rows x selected variance
         if self.args.selection_rule == "max_variance" and self.args.selection_budget == "per_prompt":
-            per_prompt_best = captured
-        else:
+            frac_of_best = 1.0
+        elif (scorable.sum(dim=1) >= self.num_selected).all():  # per-prompt selection exists
             best = select_rollouts(pool_rewards, self.num_selected, "max_variance", valid=scorable)
             per_prompt_best = _squared_deviation(pool_rewards, torch.zeros_like(chosen).scatter(1, best, True))
+            frac_of_best = _ratio(captured.sum(), per_prompt_best.sum())
+        else:  # the batch budget can serve groups with fewer than m scorable rollouts
+            frac_of_best = math.nan
         pool_var = _squared_deviation(pool_rewards, scorable) / scorable.sum(dim=1)  # over scorable rollouts
         selected_var = captured / rows.clamp(min=1)
-        metrics["pods/selected_var_frac_of_best"].append(_ratio(captured.sum(), per_prompt_best.sum()))
+        metrics["pods/selected_var_frac_of_best"].append(frac_of_best)
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
         metrics["pods/rollouts_generated"].append(float(pool_rewards.numel()))

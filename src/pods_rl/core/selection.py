@@ -72,8 +72,15 @@ def select_rollouts(
     if lengths is not None and m == 1:  # every singleton has variance 0: the shortest wins
         keys = lengths if valid is None else lengths.masked_fill(~valid, float("inf"))
         return keys.argmin(dim=1, keepdim=True)  # the first (lowest index) of equal minima
-    chosen = _best_subsets(_rank(rewards, valid, lengths), torch.full((num_groups, 1), m, device=rewards.device))
-    return chosen.nonzero()[:, 1].view(num_groups, m)  # row-major: ascending within each group
+    size = torch.full((num_groups, 1), m, device=rewards.device)
+    if lengths is not None:
+        chosen = _best_subsets(_rank(rewards, valid, lengths), size)
+        return chosen.nonzero()[:, 1].view(num_groups, m)  # row-major: ascending within each group
+    # Every split of size m lies within the m highest and m lowest valid rewards: rank only those 2m ends.
+    ends = _rank(rewards, valid, None, ends=m)
+    slots = torch.arange(m, device=rewards.device)
+    positions = torch.where(slots < _best_split(ends, size), slots, slots + m)  # [0, k) and [m + k, 2m)
+    return ends.order.gather(1, positions).sort(dim=1).values
 
 
 class _Ranking(NamedTuple):
@@ -93,7 +100,12 @@ class _Ranking(NamedTuple):
     class_end: torch.Tensor | None  # (G, n) one past its last position
 
 
-def _rank(rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tensor | None) -> _Ranking:
+def _rank(
+    rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tensor | None, ends: int | None = None
+) -> _Ranking:
+    """The ranking of every valid rollout; with `ends` (no lengths), only of the `ends` highest then the `ends`
+    lowest valid ones (they may overlap), which hold every split of size `ends`: split k is positions [0, k) and
+    [ends + k, 2 ends) there."""
     num_groups, n = rewards.shape
     keys = rewards if valid is None else rewards.masked_fill(~valid, float("-inf"))  # invalid entries rank last
     count = torch.full((num_groups, 1), n, device=rewards.device) if valid is None else valid.sum(1, keepdim=True)
@@ -103,6 +115,12 @@ def _rank(rewards: torch.Tensor, valid: torch.Tensor | None, lengths: torch.Tens
         by_length = torch.sort(lengths, dim=1, stable=True).indices
         ranked, position = torch.sort(keys.gather(1, by_length), dim=1, descending=True, stable=True)
         order = by_length.gather(1, position)
+    if ends is not None:
+        slots = torch.arange(ends, device=rewards.device)
+        kept = torch.cat([slots.expand(num_groups, ends), count - ends + slots], dim=1)
+        ranked, order = ranked.gather(1, kept), order.gather(1, kept)
+        n = 2 * ends
+        count = torch.full((num_groups, 1), n, device=rewards.device)
     positions = torch.arange(n, device=rewards.device)  # broadcast against (G, 1); an expanded copy is slow
     inside = positions < count
     ranked = ranked.double()
@@ -147,6 +165,18 @@ def _split_scores(ranking: _Ranking, size: torch.Tensor) -> tuple[torch.Tensor, 
     return score, tolerance
 
 
+def _tied_splits(ranking: _Ranking, size: torch.Tensor) -> torch.Tensor:
+    """(G, K + 1) bool: the splits k of `size` (G, 1) whose variance is maximal, to the tolerance."""
+    score, tolerance = _split_scores(ranking, size)
+    score, tolerance = score[:, 0], tolerance[:, 0]  # (G, K + 1), (G, 1)
+    return score >= score.amax(dim=1, keepdim=True) - tolerance
+
+
+def _best_split(ranking: _Ranking, size: torch.Tensor) -> torch.Tensor:
+    """(G, 1) the first (smallest) split k of maximal variance: the tie rule without lengths."""
+    return _tied_splits(ranking, size).int().argmax(dim=1, keepdim=True)
+
+
 def _best_subsets(ranking: _Ranking, size: torch.Tensor) -> torch.Tensor:
     """(G, n) mask of a maximal-variance subset of `size` (G, 1) valid rollouts per group, by the tie rules.
 
@@ -155,16 +185,14 @@ def _best_subsets(ranking: _Ranking, size: torch.Tensor) -> torch.Tensor:
     takes its shortest members instead: those right after the top part's share of that class when both parts
     meet in one class, else the first ones of the class; the tied k with the fewest tokens wins.
     """
-    score, tolerance = _split_scores(ranking, size)
-    score, tolerance = score[:, 0], tolerance[:, 0]  # (G, K + 1), (G, 1)
-    tied = score >= score.amax(dim=1, keepdim=True) - tolerance
     num_groups, n = ranking.order.shape
-    positions = torch.arange(n, device=score.device)
+    positions = torch.arange(n, device=size.device)
     if ranking.tokens is None:
-        k = tied.int().argmax(dim=1, keepdim=True)  # first (smallest) tied k
+        k = _best_split(ranking, size)
         chosen = (positions < k) | ((positions >= ranking.count - (size - k)) & (positions < ranking.count))
         return torch.zeros_like(chosen).scatter(1, ranking.order, chosen)
-    splits = torch.arange(score.shape[1], device=score.device).repeat(num_groups, 1)
+    tied = _tied_splits(ranking, size)
+    splits = torch.arange(tied.shape[1], device=size.device).repeat(num_groups, 1)
     bottom = size - splits
     boundary = (ranking.count - bottom).clamp(max=n - 1)  # first position of the bottom part
     has_bottom = bottom > 0

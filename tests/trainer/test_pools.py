@@ -141,3 +141,12 @@ def test_batch_block_short_of_scorable_rollouts_takes_m_per_group():
     chosen = select_per_block(scores, scorable, 2, 2)
     assert torch.equal(chosen, select_per_group(scores, scorable, 2, "max_variance"))
     assert chosen.sum(dim=1).tolist() == [2, 2]
+
+
+def test_shortest_tie_break_reaches_the_per_group_selection():
+    scores = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    scorable = torch.ones_like(scores, dtype=torch.bool)
+    lengths = torch.tensor([[9, 3, 8, 2, 1, 7], [5, 5, 1, 4, 9, 2]])
+    chosen = select_per_group(scores, scorable, 2, "max_variance", lengths=lengths)
+    assert chosen.nonzero()[:, 1].view(2, 2).tolist() == [[3, 4], [2, 3]]  # the shortest right and wrong rollouts
+    assert torch.equal(chosen.nonzero()[:, 1].view(2, 2), select_rollouts(scores, 2, valid=scorable, lengths=lengths))

@@ -57,7 +57,8 @@ class PODSConfig(GRPOConfig):
             batch, spread over the prompts by `pods_rl.select_batch` (max_variance only): prompts whose rewards are
             all equal get none, the others 0 or 2..n rows, to capture the most squared deviation. Each process
             spreads its own `per_device_train_batch_size * steps_per_generation` rows over its own prompts, so it
-            needs whole pools per process: that product must be a multiple of m.
+            needs whole pools per process: that product must be a multiple of m. A process whose scorable rollouts
+            cannot make up its rows that way takes m per prompt for that step (see `pods_rl.trainer.pools`).
         selection_tie_break (`str`, defaults to `"index"`):
             Among subsets of maximal variance, `"index"` takes the documented index order and `"shortest"` the
             fewest completion tokens (max_variance only); see `pods_rl.select_rollouts`.

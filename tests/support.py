@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import sys
@@ -17,6 +18,14 @@ CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*=?.")
 
 def two_process_launch() -> list[str]:
     return process_launch(2)
+
+
+def launch_env() -> dict[str, str]:
+    """Environment for a launched test script: it imports these test helpers and this checkout's package (not
+    whichever pods_rl is installed), one torch thread per process."""
+    tests = Path(__file__).parent
+    paths = [str(tests), str(tests.parent / "src")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
 
 
 def process_launch(num_processes: int) -> list[str]:

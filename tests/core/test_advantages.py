@@ -58,6 +58,21 @@ def test_large_offset_keeps_precision():
     torch.testing.assert_close(group_advantages(noise + 1e6), group_advantages(noise))
 
 
+def test_mask_makes_groups_of_different_sizes():
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, nan, 0.0, 0.5], [nan, nan, nan, nan], [2.0, 4.0, nan, 9.0]])
+    mask = ~torch.isnan(rewards)
+    mask[2, 3] = False  # a valid reward left out of its group
+    advantages = group_advantages(rewards, mask=mask)
+    torch.testing.assert_close(advantages[0, mask[0]], group_advantages(torch.tensor([[1.0, 0.0, 0.5]]))[0])
+    torch.testing.assert_close(advantages[2, :2], group_advantages(torch.tensor([[2.0, 4.0]]))[0])
+    assert (advantages[~mask] == 0).all()
+    pool = torch.tensor([[1.0, 1.0, 0.0, 0.0]]).repeat(3, 1)
+    with_pool = group_advantages(rewards, mask=mask, pool=pool, scale="none")
+    torch.testing.assert_close(with_pool[mask], rewards[mask] - 0.5)
+    assert (with_pool[~mask] == 0).all()
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(2, 12).flatmap(
@@ -85,6 +100,8 @@ def test_advantages_are_centred_with_unit_std(rows):
         (torch.zeros(2, 4), {"eps": -1.0}, "eps must be >= 0"),
         (torch.zeros(2, 4), {"pool": torch.zeros(3, 8)}, "pool has 3 groups but rewards have 2"),
         (torch.zeros(2, 4), {"pool": torch.zeros(8)}, "pool must be a 2-D"),
+        (torch.zeros(2, 4), {"mask": torch.ones(2, 3, dtype=torch.bool)}, "mask must be a bool tensor of shape"),
+        (torch.zeros(2, 4), {"mask": torch.ones(2, 4)}, "mask must be a bool tensor of shape"),
     ],
 )
 def test_bad_arguments(rewards, kwargs, message):

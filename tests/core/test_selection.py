@@ -250,3 +250,87 @@ def test_bad_arguments(rewards, kwargs, message):
     kwargs = {"m": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
         select_rollouts(rewards, **kwargs)
+
+
+# ---------------------------------------------------------------- token-aware ties: select_rollouts(..., lengths=...)
+@st.composite
+def batches_with_lengths(draw, kinds=KINDS):
+    """A reward batch as above (float64) plus integer completion lengths, with few distinct values so lengths tie."""
+    rewards, valid, m = draw(reward_batches(kinds=kinds, dtypes=[torch.float64]))
+    lengths = draw(st.lists(st.integers(0, 6), min_size=rewards.numel(), max_size=rewards.numel()))
+    return rewards, valid, m, torch.tensor(lengths).view(rewards.shape)
+
+
+def exact_variance(values: list[float]) -> Fraction:
+    exact = [Fraction(v) for v in values]
+    mean = sum(exact) / len(exact)
+    return sum((v - mean) ** 2 for v in exact) / len(exact)
+
+
+@SETTINGS
+@given(batches_with_lengths(kinds=["integer", "binary", "constant"]))
+def test_shortest_is_a_max_variance_subset_with_fewest_tokens(batch):
+    """Brute force over all C(n, m) subsets, in exact arithmetic: the tie set is every subset of maximal variance."""
+    rewards, valid, m, lengths = batch
+    groups, n = rewards.shape
+    selected = select_rollouts(rewards, m, valid=valid, lengths=lengths)
+    check_invariants(selected, groups, m, valid)
+    for group in range(groups):
+        row, sizes = rewards[group].tolist(), lengths[group].tolist()
+        subsets = list(itertools.combinations(valid_indices(valid, group, n), m))
+        variances = [exact_variance([row[i] for i in subset]) for subset in subsets]
+        ties = [subset for subset, variance in zip(subsets, variances, strict=True) if variance == max(variances)]
+        chosen = selected[group].tolist()
+        assert tuple(chosen) in ties
+        assert sum(sizes[i] for i in chosen) == min(sum(sizes[i] for i in subset) for subset in ties)
+
+
+@SETTINGS
+@given(batches_with_lengths())
+def test_shortest_keeps_the_variance_and_never_costs_more_tokens(batch):
+    rewards, valid, m, lengths = batch
+    plain = select_rollouts(rewards, m, valid=valid)
+    short = select_rollouts(rewards, m, valid=valid, lengths=lengths)
+    check_invariants(short, rewards.shape[0], m, valid)
+    values = rewards.numpy()
+    for group in range(rewards.shape[0]):
+        candidates = values[group][valid_indices(valid, group, rewards.shape[1])]
+        spread = candidates.max() - candidates.min()
+        best, chosen = values[group][plain[group]].var(), values[group][short[group]].var()
+        assert chosen >= best - (1e-9 * best + 1e-12 * spread**2)
+        assert lengths[group][short[group]].sum() <= lengths[group][plain[group]].sum()
+
+
+def test_documented_ties_with_lengths():
+    binary = torch.tensor([[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]])
+    # m = 3: one 1 and two 0s, or two 1s and one 0; the 0s are short here, so the first kind wins
+    assert select_rollouts(binary, 3, lengths=torch.tensor([[5, 1, 5, 2, 4, 9]])).tolist() == [[1, 3, 4]]
+    # the 1s are short: two 1s and one 0 (the shortest 0)
+    assert select_rollouts(binary, 3, lengths=torch.tensor([[1, 7, 2, 3, 9, 8]])).tolist() == [[0, 2, 3]]
+    # equal lengths: the lower index among equal rewards (also at the bottom, unlike the plain rule's [0, 3, 5])
+    equal = torch.ones(1, 6, dtype=torch.long)
+    assert select_rollouts(binary, 3, lengths=equal).tolist() == [[0, 1, 3]]
+    # equal rewards: the m shortest, the lower index among equal lengths
+    assert select_rollouts(torch.zeros(1, 5), 2, lengths=torch.tensor([[4, 2, 3, 2, 1]])).tolist() == [[1, 4]]
+    # m = 1: every rollout has variance 0, the shortest valid one wins, even with a middle reward
+    rewards, valid = torch.tensor([[0.0, 0.5, 1.0]]), torch.tensor([[True, True, False]])
+    assert select_rollouts(rewards, 1, valid=valid, lengths=torch.tensor([[3, 2, 1]])).tolist() == [[1]]
+
+
+def test_lengths_are_ignored_by_other_rules():
+    rewards, lengths = torch.tensor([[1.0, 0.0, 1.0, 0.0]]), torch.tensor([[9, 1, 1, 9]])
+    assert select_rollouts(rewards, 2, "max_reward", lengths=lengths).tolist() == [[0, 2]]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "message"),
+    [
+        (torch.ones(2, 5), "lengths must be a numeric tensor of shape"),
+        (torch.ones(2, 6, dtype=torch.bool), "lengths must be a numeric tensor of shape"),
+        (torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, -1, 4, 5, 6]]), r"length of group 1, rollout 2 is -1.0"),
+        (torch.tensor([[1.0, 2, 3, 4, 5, 6], [1, 2, 3, math.nan, 5, 6]]), r"length of group 1, rollout 3 is nan"),
+    ],
+)
+def test_bad_lengths(lengths, message):
+    with pytest.raises(ValueError, match=message):
+        select_rollouts(torch.zeros(2, 6), 2, lengths=lengths)

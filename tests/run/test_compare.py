@@ -218,3 +218,13 @@ def test_shipped_compare_configs_resolve(name):
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0
     assert settings.base["eval"]["every_seconds"] > 0
+
+
+def test_budget_compare_config_runs_equal_steps_with_the_new_options():
+    settings = resolve_compare(CONFIGS / "compare-budget.yaml", [])
+    trainers = {name: settings.arm_settings(name, 0).trainer for name in settings.arms}
+    assert trainers["pods-batch"]["selection_budget"] == "batch"
+    assert trainers["pods-shortest"]["selection_tie_break"] == "shortest"
+    assert trainers["pods"].get("selection_budget", "per_prompt") == "per_prompt"
+    assert settings.base["time_budget"] is None and {t["max_steps"] for t in trainers.values()} == {30}
+    assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}

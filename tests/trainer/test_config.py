@@ -50,6 +50,16 @@ def test_default_keeps_every_rollout(tmp_path):
             dict(per_device_train_batch_size=6, num_generations=8, num_selected=4),
             r"divisible by num_generations \(4\)",
         ),
+        (dict(num_generations=8, num_selected=4, selection_budget="global"), "selection_budget must be one of"),
+        (dict(num_generations=8, num_selected=4, selection_tie_break="longest"), "selection_tie_break must be one of"),
+        (
+            dict(num_generations=8, num_selected=4, selection_budget="batch", selection_rule="random"),
+            "selection_budget='batch' needs selection_rule='max_variance'",
+        ),
+        (
+            dict(num_generations=8, num_selected=4, selection_tie_break="shortest", selection_rule="max_reward"),
+            "selection_tie_break='shortest' needs selection_rule='max_variance'",
+        ),
     ],
 )
 def test_inconsistent_settings_fail_at_construction(tmp_path, kwargs, message):
@@ -71,3 +81,13 @@ def test_grpo_options_are_accepted(tmp_path, kwargs):
     for key, value in kwargs.items():
         assert getattr(config, key) == value
     assert config.num_generations_eval == kwargs.get("num_generations_eval")  # None still means "n" to TRL
+
+
+def test_batch_budget_needs_whole_pools_per_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: 2))
+    kwargs = dict(per_device_train_batch_size=2, num_generations=8, num_selected=4)
+    assert make(tmp_path, **kwargs).local_pool_size == 4  # per prompt: each pool of 8 spans both processes
+    with pytest.raises(ValueError, match=r"every prompt's pool must lie on one process: .* \(2\) must be a multiple"):
+        make(tmp_path, selection_budget="batch", **kwargs)
+    config = make(tmp_path, selection_budget="batch", **{**kwargs, "per_device_train_batch_size": 4})
+    assert config.generation_batch_size == 8 and config.local_pool_size == 8  # one whole pool per process

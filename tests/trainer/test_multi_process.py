@@ -5,13 +5,12 @@ count, so the pools are the same on 1, 2 and 4 processes. One launch per process
 """
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from support import SCENARIOS, char_tokenizer, process_launch, run_scenario, scripted_rollout
+from support import SCENARIOS, char_tokenizer, launch_env, process_launch, run_scenario, scripted_rollout
 
 SCRIPT = Path(__file__).with_name("multi_process_run.py")
 
@@ -20,8 +19,7 @@ SCRIPT = Path(__file__).with_name("multi_process_run.py")
 def launched(request, tmp_path_factory):
     world = request.param
     out = tmp_path_factory.mktemp(f"world{world}")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPT.parent.parent), os.environ.get("PYTHONPATH", "")])}
-    env["OMP_NUM_THREADS"] = "1"
+    env = launch_env()
     result = subprocess.run(
         [*process_launch(world), str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=600
     )

@@ -1,12 +1,21 @@
 """Selection scores, per-group selection with unscorable rollouts, and advantages with TRL's options."""
 
+import itertools
 import math
 
 import pytest
 import torch
 
-from pods_rl import select_rollouts
-from pods_rl.trainer.pools import EPS, advantages, grpo_metrics, select_per_group, selection_scores
+from pods_rl import select_batch, select_rollouts
+from pods_rl.trainer.pools import (
+    EPS,
+    _can_spread,
+    advantages,
+    grpo_metrics,
+    select_per_block,
+    select_per_group,
+    selection_scores,
+)
 
 NAN = math.nan
 
@@ -104,3 +113,40 @@ def test_grpo_metrics_describe_the_pool_as_grpo_logs_it():
     assert metrics["frac_reward_zero_std"] == 0.5  # group 0's scorable rewards are 1 and 1
     same = grpo_metrics(torch.ones(6, 1), torch.ones(1), ["a"], 3, "sum_then_normalize", "group")
     assert same["frac_reward_zero_std"] == 1.0
+
+
+@pytest.mark.parametrize("counts", [c for size in (1, 2, 3) for c in itertools.product(range(5), repeat=size)])
+def test_can_spread_matches_brute_force(counts):
+    reachable = {sum(sizes) for sizes in itertools.product(*[[0, *range(2, c + 1)] for c in counts])}
+    for budget in range(0, 14):
+        assert _can_spread(torch.tensor(counts), budget) == (budget in reachable), (counts, budget)
+
+
+def test_batch_blocks_spread_each_process_rows_over_its_own_pools():
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randint(0, 2, (4, 6), generator=generator).double()
+    scores[0] = 1.0  # an equal group: gets rows only if nothing else can take them
+    scorable = torch.ones_like(scores, dtype=torch.bool)
+    lengths = torch.randint(1, 50, (4, 6), generator=generator)
+    chosen = select_per_block(scores, scorable, 2, 2, lengths=lengths)
+    for block in (slice(0, 2), slice(2, 4)):  # each block of 2 pools gets its own 2 x m = 4 rows
+        expected = select_batch(scores[block], 4, valid=scorable[block], lengths=lengths[block])
+        assert torch.equal(chosen[block], expected)
+
+
+def test_batch_block_short_of_scorable_rollouts_takes_m_per_group():
+    scores = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    scorable = torch.tensor([[True, False, False, False], [True, True, False, False]])  # 3 scorable, budget 4
+    scores = scores.masked_fill(~scorable, math.nan)
+    chosen = select_per_block(scores, scorable, 2, 2)
+    assert torch.equal(chosen, select_per_group(scores, scorable, 2, "max_variance"))
+    assert chosen.sum(dim=1).tolist() == [2, 2]
+
+
+def test_shortest_tie_break_reaches_the_per_group_selection():
+    scores = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    scorable = torch.ones_like(scores, dtype=torch.bool)
+    lengths = torch.tensor([[9, 3, 8, 2, 1, 7], [5, 5, 1, 4, 9, 2]])
+    chosen = select_per_group(scores, scorable, 2, "max_variance", lengths=lengths)
+    assert chosen.nonzero()[:, 1].view(2, 2).tolist() == [[3, 4], [2, 3]]  # the shortest right and wrong rollouts
+    assert torch.equal(chosen.nonzero()[:, 1].view(2, 2), select_rollouts(scores, 2, valid=scorable, lengths=lengths))

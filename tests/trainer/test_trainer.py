@@ -6,7 +6,7 @@ import torch
 from support import char_tokenizer, fast_args, make_trainer, prompt_dataset, tiny_llama, vowel_reward
 from trl import GRPOConfig, GRPOTrainer
 
-from pods_rl import PODSConfig, PODSTrainer, select_rollouts
+from pods_rl import PODSConfig, PODSTrainer, group_advantages, select_batch, select_rollouts
 
 PROMPT_LEN = 4  # every support prompt is four characters
 
@@ -203,6 +203,56 @@ def test_evaluation_generates_n_per_prompt(tmp_path):
     trainer.train()
     assert (False, n) in sizes  # one prompt's n rollouts per eval batch, none removed
     assert any("eval_reward" in entry for entry in trainer.state.log_history)
+
+
+def test_batch_budget_trains_the_rows_select_batch_picks(tmp_path):
+    """One budget of 8 rows over 4 prompts of 8 rollouts: the trained rows, their order and their advantages are
+    select_batch's (with the fewest-tokens tie rule), prompts whose rewards are all equal get none."""
+    n, m = 8, 2
+    pools: list[tuple[list[str], list[float], list[int]]] = []
+
+    def flat_or_vowels(prompts, completions, completion_ids, **kwargs):
+        # Prompts 'q<even digit>..' score 0.5 whatever the completion: their groups have zero variance.
+        rewards = [0.5 if int(p[1]) % 2 == 0 else r for p, r in zip(prompts, vowel_reward(completions), strict=True)]
+        pools.append((list(completions), rewards, [len(ids) for ids in completion_ids]))
+        return rewards
+
+    trainer = make_trainer(
+        tmp_path,
+        num_generations=n,
+        num_selected=m,
+        per_device_train_batch_size=8,
+        reward=flat_or_vowels,
+        selection_budget="batch",
+        selection_tie_break="shortest",
+    )
+    outputs = []
+    original = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: outputs.append(original(inputs)) or outputs[-1]
+    trainer.train()
+    assert len(pools) == len(outputs) == 2
+    tokenizer = trainer.processing_class
+    logs = [entry for entry in trainer.state.log_history if "pods/rows_per_group_mean" in entry]
+    empty_flat_groups = 0
+    for (completions, rewards, lengths), output, logged in zip(pools, outputs, logs, strict=True):
+        rewards = torch.tensor(rewards, dtype=torch.float64).view(-1, n)
+        lengths = torch.tensor(lengths).view(-1, n)
+        chosen = select_batch(rewards, 8, lengths=lengths)
+        expected = [completions[i] for i in chosen.flatten().nonzero().flatten().tolist()]
+        ids = [row[mask.bool()] for row, mask in zip(output["completion_ids"], output["completion_mask"], strict=True)]
+        assert tokenizer.batch_decode(ids, skip_special_tokens=True) == expected  # in group order
+        expected_advantages = group_advantages(rewards, mask=chosen)[chosen].float()
+        torch.testing.assert_close(output["advantages"], expected_advantages)
+        flat = rewards.amax(dim=1) == rewards.amin(dim=1)
+        assert not chosen[flat].any() or flat.all()
+        empty_flat_groups += int(flat.sum())
+        rows = chosen.sum(dim=1).double()
+        assert logged["pods/rollouts_trained"] == 8
+        assert logged["pods/rows_per_group_min"] == rows.min() and logged["pods/rows_per_group_max"] == rows.max()
+        assert logged["pods/groups_without_rows_frac"] == pytest.approx((rows == 0).double().mean().item())
+        assert logged["pods/tokens_trained"] == lengths[chosen].sum().item()
+        assert logged["pods/selected_var_frac_of_best"] >= 1 - 1e-9  # never below per-prompt max variance
+    assert empty_flat_groups > 0  # the case above was exercised
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Run under `accelerate launch --num_processes 2 --cpu`: each prompt's pool of 8 spans both processes."""
+"""Run under `accelerate launch` on 2 processes: pools of 8 span both (with `batch`: each holds whole pools)."""
 
 import json
 import sys
@@ -19,10 +19,14 @@ def recording_reward(completions, **kwargs):
 
 
 tokenizer = char_tokenizer()
-# One trained row per process per generation: 2 rows = 1 prompt of m=2, its pool of n=8 split 4 + 4.
-args = PODSConfig(
-    **fast_args(output_dir=str(out / "run"), num_generations=8, num_selected=2, per_device_train_batch_size=1)
-)
+if sys.argv[2:] == ["batch"]:
+    # Four trained rows per process: 2 prompts of m=2 each, their pools of n=4 whole on the process; the row budget
+    # is spread over each process's own 2 prompts.
+    sizes = dict(num_generations=4, num_selected=2, per_device_train_batch_size=4, selection_budget="batch")
+else:
+    # One trained row per process per generation: 2 rows = 1 prompt of m=2, its pool of n=8 split 4 + 4.
+    sizes = dict(num_generations=8, num_selected=2, per_device_train_batch_size=1)
+args = PODSConfig(**fast_args(output_dir=str(out / "run"), **sizes))
 trainer = PODSTrainer(
     model=tiny_llama(tokenizer),
     reward_funcs=recording_reward,

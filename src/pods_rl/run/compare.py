@@ -1,8 +1,8 @@
 """`pods compare`: several arms (GRPO, PODS and its ablations) on one task, model, seed set and time budget.
 
-Each arm and seed is a separate `pods train` process, run one after another so arms never share the cores. The
-comparison follows the paper's measure: the training time each arm needs to reach 99% of vanilla GRPO's best
-held-out accuracy, and the speedup over GRPO that this gives.
+Each arm and seed is a separate `pods train` process, run one after another so arms never share the cores, seed by
+seed with the arms interleaved. The comparison follows the paper's measure: the training time each arm needs to
+reach 99% of vanilla GRPO's best held-out accuracy, and the speedup over GRPO that this gives.
 
 Definitions (also written into comparison.json):
 - Curves: each seed's accuracy-vs-training-seconds evaluations are linearly interpolated onto the union of the arm's
@@ -215,7 +215,7 @@ def run_comparison(
     overwrite: bool = False,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Train every arm and seed in turn (each a `pods train` process), then write the comparison files.
+    """Train every seed of every arm (each a `pods train` process, arms interleaved), then write the comparison files.
 
     With `resume`, runs already finished in `output_dir` are kept and the others are trained again from the start.
     """
@@ -225,7 +225,8 @@ def run_comparison(
         check_model_name(settings.arm_settings(name, settings.seeds[0]).model)
     if not resume:
         _prepare(output_dir, settings, overwrite=overwrite)
-    runs = [(name, seed) for name in settings.arms for seed in settings.seeds]
+    # Seed by seed, every arm in turn: slow drifts in machine load (shared cores) hit every arm alike.
+    runs = [(name, seed) for seed in settings.seeds for name in settings.arms]
     for index, (name, seed) in enumerate(runs, start=1):
         run_dir = output_dir / name / f"seed-{seed}"
         planned = settings.arm_settings(name, seed)

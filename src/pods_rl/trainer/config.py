@@ -9,11 +9,13 @@ from trl import GRPOConfig
 from pods_rl.core.selection import RULES as SELECTION_RULES
 
 ADVANTAGE_STATS = ("selected", "pool")
+SELECTION_BUDGETS = ("per_prompt", "batch")
+TIE_BREAKS = ("index", "shortest")
 
 
 @dataclass
 class PODSConfig(GRPOConfig):
-    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus three.
+    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus five.
 
     How the batch sizes count. `num_generations` is the pool size n: rollouts generated per prompt. `num_selected`
     is m: rollouts per prompt that reach the policy update. TRL's batch fields count rows *of the update*, exactly as
@@ -50,6 +52,16 @@ class PODSConfig(GRPOConfig):
         advantage_stats (`str`, defaults to `"selected"`):
             Where the advantage's mean and std come from: the `"selected"` subset (the paper's choice) or the whole
             `"pool"` of n (the paper's ablation).
+        selection_budget (`str`, defaults to `"per_prompt"`):
+            `"per_prompt"`: m rows of every prompt (the paper). `"batch"`: the same number of rows per generation
+            batch, spread over the prompts by `pods_rl.select_batch` (max_variance only): prompts whose rewards are
+            all equal get none, the others 0 or 2..n rows, to capture the most squared deviation. Each process
+            spreads its own `per_device_train_batch_size * steps_per_generation` rows over its own prompts, so it
+            needs whole pools per process: that product must be a multiple of m. A process whose scorable rollouts
+            cannot make up its rows that way takes m per prompt for that step (see `pods_rl.trainer.pools`).
+        selection_tie_break (`str`, defaults to `"index"`):
+            Among subsets of maximal variance, `"index"` takes the documented index order and `"shortest"` the
+            fewest completion tokens (max_variance only); see `pods_rl.select_rollouts`.
     """
 
     num_selected: int | None = field(
@@ -65,6 +77,15 @@ class PODSConfig(GRPOConfig):
         metadata={"help": "Advantage normalisation over the 'selected' subset or the whole 'pool'."},
     )
 
+    selection_budget: str = field(
+        default="per_prompt",
+        metadata={"help": "Rows per prompt: 'per_prompt' (m each) or 'batch' (the same total, spread by gain)."},
+    )
+    selection_tie_break: str = field(
+        default="index",
+        metadata={"help": "Among maximal-variance subsets: 'index' order or the 'shortest' completions."},
+    )
+
     def __post_init__(self) -> None:
         pool_size = self.num_generations
         if self.num_selected is None:
@@ -78,6 +99,16 @@ class PODSConfig(GRPOConfig):
             )
         if self.selection_rule not in SELECTION_RULES:
             raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {self.selection_rule!r}.")
+        if self.selection_budget not in SELECTION_BUDGETS:
+            raise ValueError(f"selection_budget must be one of {SELECTION_BUDGETS}, got {self.selection_budget!r}.")
+        if self.selection_tie_break not in TIE_BREAKS:
+            raise ValueError(f"selection_tie_break must be one of {TIE_BREAKS}, got {self.selection_tie_break!r}.")
+        for name, default in (("selection_budget", "per_prompt"), ("selection_tie_break", "index")):
+            if getattr(self, name) != default and self.selection_rule != "max_variance":
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} needs selection_rule='max_variance' (it optimises the selected "
+                    f"variance), got selection_rule={self.selection_rule!r}."
+                )
         if self.advantage_stats not in ADVANTAGE_STATS:
             raise ValueError(f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}.")
         # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows. Evaluation
@@ -94,6 +125,12 @@ class PODSConfig(GRPOConfig):
                 f"per_device_train_batch_size * steps_per_generation ({local_trained_rows}) * num_generations "
                 f"({pool_size}) must be divisible by num_selected ({self.num_selected}), so that each process "
                 "generates a whole number of rollouts."
+            )
+        if self.selection_budget == "batch" and local_trained_rows % self.num_selected:
+            raise ValueError(
+                f"selection_budget='batch' spreads each process's rows over its own prompts, so every prompt's pool "
+                f"must lie on one process: per_device_train_batch_size * steps_per_generation ({local_trained_rows}) "
+                f"must be a multiple of num_selected ({self.num_selected})."
             )
 
     @property

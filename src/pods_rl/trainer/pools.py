@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd
 
-from pods_rl.core import select_rollouts
+from pods_rl.core import select_batch, select_rollouts
 
 EPS = 1e-4  # TRL's: added to the std before dividing
 
@@ -39,19 +39,32 @@ def selection_scores(
 
 
 def select_per_group(
-    scores: torch.Tensor, scorable: torch.Tensor, m: int, rule: str, generator: torch.Generator | None = None
+    scores: torch.Tensor,
+    scorable: torch.Tensor,
+    m: int,
+    rule: str,
+    generator: torch.Generator | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(G, n) bool mask with exactly m rollouts per group.
 
-    A group with at least m scorable rollouts gets `select_rollouts`' choice among them. A group with fewer keeps
-    all its scorable rollouts and is filled up to m with unscorable ones (lowest index first), which carry
-    advantage 0: every group then has m rows, so each process still trains on its fixed share of rows and m == n
-    trains exactly the rows GRPO trains.
+    A group with at least m scorable rollouts gets `select_rollouts`' choice among them (the fewest tokens among
+    maximal-variance subsets when (G, n) completion `lengths` are given). A group with fewer keeps all its scorable
+    rollouts and is filled up to m with unscorable ones (lowest index first), which carry advantage 0: every group
+    then has m rows, so each process still trains on its fixed share of rows and m == n trains exactly the rows
+    GRPO trains.
     """
     chosen = torch.zeros_like(scorable)
     full = scorable.sum(dim=1) >= m
     if full.any():
-        keep = select_rollouts(scores[full], m, rule, valid=scorable[full], generator=generator)
+        keep = select_rollouts(
+            scores[full],
+            m,
+            rule,
+            valid=scorable[full],
+            lengths=None if lengths is None else lengths[full],
+            generator=generator,
+        )
         chosen[full] = torch.zeros_like(scorable[full]).scatter(1, keep, True)
     if not full.all():
         short = ~full
@@ -59,6 +72,37 @@ def select_per_group(
         order = torch.sort((~scorable[short]).int(), dim=1, stable=True).indices[:, :m]
         chosen[short] = torch.zeros_like(scorable[short]).scatter(1, order, True)
     return chosen
+
+
+def select_per_block(
+    scores: torch.Tensor, scorable: torch.Tensor, m: int, block: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(G, n) bool mask: each block of `block` consecutive groups (one process's pools) gets `block * m` rows in all,
+    spread over its groups by `select_batch` (0 or 2.. scorable rollouts each, the most squared deviation).
+
+    A block whose scorable rollouts cannot make up its rows that way (0 or at least 2 per group) gets m rows per
+    group from `select_per_group` instead, so groups short of scorable rollouts are filled as there.
+    """
+    blocks = []
+    for first in range(0, len(scores), block):
+        rows = slice(first, first + block)
+        part_lengths = None if lengths is None else lengths[rows]
+        if _can_spread(scorable[rows].sum(dim=1), block * m):
+            blocks.append(select_batch(scores[rows], block * m, valid=scorable[rows], lengths=part_lengths))
+        else:
+            blocks.append(select_per_group(scores[rows], scorable[rows], m, "max_variance", lengths=part_lengths))
+    return torch.cat(blocks) if blocks else torch.zeros_like(scorable)
+
+
+def _can_spread(counts: torch.Tensor, budget: int) -> bool:
+    """Whether `budget` rows can be taken as 0 or 2..counts[g] rows of each group g.
+
+    Sums of such sizes reach every total from 2 up to the sum of the usable counts (those >= 2), except odd totals
+    when every usable count is 2.
+    """
+    usable = counts[counts >= 2]
+    odd_ok = bool((usable >= 3).any())
+    return budget == 0 or (2 <= budget <= int(usable.sum()) and (budget % 2 == 0 or odd_ok))
 
 
 def advantages(

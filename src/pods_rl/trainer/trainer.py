@@ -41,7 +41,7 @@ from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
-from pods_rl.trainer.pools import grpo_metrics, select_per_group, selection_scores
+from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
 
 PHASES = ("generate", "score", "select", "update")
 # A checkpoint is written under `<output_dir>/_tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
@@ -245,7 +245,12 @@ class PODSTrainer(GRPOTrainer):
         n, aggregation = self.pool_size, self.multi_objective_aggregation
         weights = self.reward_weights.to(rewards_per_func.device)
         scores, scorable = selection_scores(rewards_per_func, weights, n, aggregation)
-        selected = self._select(scores, scorable)
+        # Completion tokens of every pool row (one small gather): the "shortest" tie-break and the token metrics.
+        local_lengths = torch.tensor(
+            [len(ids) for ids in completion_ids], dtype=torch.int32, device=self.accelerator.device
+        )
+        lengths = self.accelerator.gather(local_lengths).cpu().view(-1, n)
+        selected = self._select(scores, scorable, lengths)
         advantages = pool_advantages(
             rewards_per_func,
             weights,
@@ -294,7 +299,7 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics = grpo_metrics(
             rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
         )
-        self._log_selection(scores, scorable, selected, completion_ids, global_rows, rows_to_move(plan, local_size))
+        self._log_selection(scores, scorable, selected, lengths, rows_to_move(plan, local_size))
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -317,15 +322,23 @@ class PODSTrainer(GRPOTrainer):
             rows["tool_images"] or [],
         )
 
-    def _select(self, scores: torch.Tensor, scorable: torch.Tensor) -> torch.Tensor:
-        """(G, n) bool mask of the rollouts the update sees: m per prompt, by the configured rule.
+    def _select(self, scores: torch.Tensor, scorable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(G, n) bool mask of the rollouts the update sees, by the configured rule, from (G, n) selection scores
+        (NaN where unscorable) and completion lengths in tokens.
 
-        The one place that decides; another rule can override it with any mask that keeps `processes x
+        `selection_budget="per_prompt"`: m per prompt. `"batch"`: each process's `per_device_train_batch_size x
+        steps_per_generation` rows spread over its own pools (whole pools are local, checked by PODSConfig), so no
+        row moves. The one place that decides; another rule can override it with any mask that keeps `processes x
         per_device_train_batch_size x steps_per_generation` rollouts in all, in any groups: advantages, row
         exchange and logging follow the mask. It must be the same on every process (it sees the same scores).
         """
+        args, m = self.args, self.num_selected
+        tie_lengths = lengths if args.selection_tie_break == "shortest" else None
+        if args.selection_budget == "batch":
+            block = args.per_device_train_batch_size * args.steps_per_generation // m  # pools per process
+            return select_per_block(scores, scorable, m, block, lengths=tie_lengths)
         return select_per_group(
-            scores, scorable, self.num_selected, self.args.selection_rule, generator=self._selection_generator
+            scores, scorable, m, args.selection_rule, generator=self._selection_generator, lengths=tie_lengths
         )
 
     def _align_environments(self, my_rows: torch.Tensor, local_size: int) -> None:
@@ -343,8 +356,7 @@ class PODSTrainer(GRPOTrainer):
         scores: torch.Tensor,
         scorable: torch.Tensor,
         selected: torch.Tensor,
-        completion_ids: list,
-        global_rows: torch.Tensor,
+        lengths: torch.Tensor,
         rows_moved: int,
     ) -> None:
         """Log what the selection kept, under `pods/`, so runs can be audited and costed. Rewards here are the
@@ -356,23 +368,29 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/pool_reward_std"].append(_std(pool_values))
         metrics["pods/selected_reward_mean"].append(_mean(kept_values))
         metrics["pods/selected_reward_std"].append(_std(kept_values))
-        selected_var = _variance(scores, kept)
-        if self.args.selection_rule == "max_variance":
-            best_var = selected_var
+        # Squared deviation (rows x variance): what the batch budget maximises; with m rows in every group it is m
+        # times the variance, so its fraction of per-prompt max-variance's is the variance fraction there.
+        captured = _squared_deviation(scores, kept)
+        if self.args.selection_rule == "max_variance" and self.args.selection_budget == "per_prompt":
+            best = captured
         else:
-            best = select_per_group(scores, scorable, self.num_selected, "max_variance")
-            best_var = _variance(scores, best & scorable)
-        pool_var = _variance(scores, scorable)
-        metrics["pods/selected_var_frac_of_best"].append(_ratio(selected_var.sum(), best_var.sum()))
+            best_mask = select_per_group(scores, scorable, self.num_selected, "max_variance")
+            best = _squared_deviation(scores, best_mask & scorable)
+        pool_var = _squared_deviation(scores, scorable) / scorable.sum(dim=1).clamp(min=1)
+        selected_var = captured / kept.sum(dim=1).clamp(min=1)
+        metrics["pods/selected_var_frac_of_best"].append(_ratio(captured.sum(), best.sum()))
         metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
         metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
+        rows = selected.sum(dim=1)
+        metrics["pods/rows_per_group_min"].append(float(rows.min()))
+        metrics["pods/rows_per_group_mean"].append(rows.double().mean().item())
+        metrics["pods/rows_per_group_max"].append(float(rows.max()))
+        metrics["pods/groups_without_rows_frac"].append((rows == 0).double().mean().item())
         metrics["pods/rollouts_generated"].append(float(scores.numel()))
-        metrics["pods/rollouts_trained"].append(float(len(global_rows)))
+        metrics["pods/rollouts_trained"].append(float(rows.sum()))
         metrics["pods/rows_moved"].append(float(rows_moved))
-        lengths = torch.tensor([len(ids) for ids in completion_ids], device=self.accelerator.device)
-        tokens = self.accelerator.gather(lengths).double().cpu()
-        metrics["pods/tokens_generated"].append(tokens.sum().item())
-        metrics["pods/tokens_trained"].append(tokens[global_rows].sum().item())
+        metrics["pods/tokens_generated"].append(float(lengths.sum()))
+        metrics["pods/tokens_trained"].append(float(lengths[selected].sum()))
 
 
 def _environment_placeholder(args: PODSConfig, kwargs: dict) -> None:
@@ -425,12 +443,11 @@ def _dataset_images(inputs: list[dict]) -> list | None:
     return None if all(image_list == [] for image_list in images) else images
 
 
-def _variance(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-group population variance of `scores` over `mask`."""
-    counts = mask.sum(dim=1).clamp(min=1)
-    values = scores.masked_fill(~mask, 0.0)
-    mean = values.sum(dim=1, keepdim=True) / counts.unsqueeze(1)
-    return ((values - mean).square() * mask).sum(dim=1) / counts
+def _squared_deviation(scores: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """Per group, the total squared deviation of the member scores from their mean (0 for no members)."""
+    count = members.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = torch.where(members, scores, 0.0).sum(dim=1, keepdim=True) / count
+    return torch.where(members, scores - mean, 0.0).square().sum(dim=1)
 
 
 def _mean(values: torch.Tensor) -> float:

@@ -114,3 +114,20 @@ def test_eval_command(tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
     assert saved["num_examples"] == 8 and 0 <= saved["accuracy"] <= 1
+
+
+def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--dry-run", "--output-dir", str(out), "--time-budget", "600"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines == [
+        f"run: tiny on arithmetic, PODS (max_variance), seed 0 -> {out}",
+        "per step: 16 prompts x n=16 = 256 rollouts of up to 32 tokens generated, m=4 per prompt = 64 rows trained; "
+        "learning rate 0.0001",
+        "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
+    ]
+    assert not out.exists()

@@ -33,8 +33,8 @@ from rich.table import Table
 
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.cost_model import PHASES, CostModel, when_pods_pays
-from pods_rl.run.settings import RunSettings, merge, read_yaml
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
+from pods_rl.run.settings import RunSettings, merge, read_yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
 
 NARROW = 100  # columns below which the bar and the remaining time are left out
 
@@ -95,11 +96,11 @@ class Display:
             return
         if self._progress is None:
             wide = self.console.width >= NARROW
+            # One text column that folds onto a second row rather than cutting words to "…" when narrow.
+            text = Column(no_wrap=False, overflow="fold")
             columns = [
-                TextColumn("[bold]{task.description}"),
-                *([BarColumn(bar_width=24)] if wide else []),
-                TextColumn("{task.fields[count]}"),
-                TextColumn("{task.fields[text]}"),
+                *([BarColumn(bar_width=20)] if wide else []),
+                TextColumn("[bold]{task.description}[/] {task.fields[count]} {task.fields[text]}", table_column=text),
                 TimeElapsedColumn(),
                 *([TimeRemainingColumn()] if wide else []),
             ]

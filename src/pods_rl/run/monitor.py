@@ -108,6 +108,13 @@ class RunMonitor(TrainerCallback, ExportableState):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = time.perf_counter()
+        if self._showing:  # a long step (generation on a CPU) still shows that it runs
+            self.display.update(
+                "training",
+                state.global_step,
+                state.max_steps,
+                f"{self._progress_text()} | step {state.global_step + 1}",
+            )
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step_seconds = time.perf_counter() - self._step_start
@@ -193,13 +200,13 @@ class RunMonitor(TrainerCallback, ExportableState):
     def _update_progress(self, state) -> None:
         if not self._showing:
             return
+        self.display.update("training", state.global_step, state.max_steps, self._progress_text())
+
+    def _progress_text(self) -> str:
         accuracy = self.evaluations[-1]["accuracy"] if self.evaluations else math.nan
         reward = self._last_log.get("pods/pool_reward_mean", self._last_log.get("reward"))
-        text = (
-            f"reward {_fmt(reward)} sel {_fmt(self._last_log.get('pods/selected_reward_mean'))} "
-            f"acc {_fmt(accuracy)} train {self.train_seconds:.0f}s"
-        )
-        self.display.update("training", state.global_step, state.max_steps, text)
+        selected = self._last_log.get("pods/selected_reward_mean")
+        return f"reward {_fmt(reward)} sel {_fmt(selected)} acc {_fmt(accuracy)} train {self.train_seconds:.0f}s"
 
 
 def _fmt(value: float | None) -> str:

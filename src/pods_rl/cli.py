@@ -162,29 +162,39 @@ def eval_command(
     output: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
 ) -> None:
     """Held-out pass@1 accuracy of any model on a task's test split."""
-    from pods_rl.evaluation import evaluate
-    from pods_rl.models import load_model
     from pods_rl.run.folders import check_model_name
-    from pods_rl.tasks import load_task
 
     try:
         check_model_name(model)
-        task_bundle = load_task(task)
     except ValueError as error:
         _fail(error)
-    dataset = task_bundle.test
-    if num_examples is not None:
-        dataset = dataset.select(range(min(num_examples, len(dataset))))
-    loaded, tokenizer = load_model(model)
-    results = evaluate(
-        loaded,
-        tokenizer,
-        dataset,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        num_samples=sampled_k,
-        temperature=temperature,
-    )
+
+    from pods_rl.evaluation import evaluate
+    from pods_rl.run.display import Display
+    from pods_rl.run.settings import RunSettings
+    from pods_rl.run.train import load_run_model, load_run_task
+
+    display = Display(console)
+    try:
+        task_bundle = load_run_task(RunSettings(model=model, task=task))
+        dataset = task_bundle.test
+        if num_examples is not None:
+            dataset = dataset.select(range(min(num_examples, len(dataset))))
+        loaded, tokenizer = load_run_model(model, display)
+        results = evaluate(
+            loaded,
+            tokenizer,
+            dataset,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            num_samples=sampled_k,
+            temperature=temperature,
+            progress=display.callback("evaluation"),
+        )
+    except ValueError as error:
+        _fail(error)
+    finally:
+        display.close()
     results = {"model": model, "task": task, **results}
     if output is not None:
         output.write_text(json.dumps(results, indent=2))

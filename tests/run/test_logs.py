@@ -37,3 +37,12 @@ def test_close_restores_the_loggers():
     before = logging.getLogger("transformers").propagate, logging.getLogger().level
     RunLogs(verbose=False).close()
     assert (logging.getLogger("transformers").propagate, logging.getLogger().level) == before
+
+
+def test_verbose_also_shows_library_logs(capfd):
+    logs = RunLogs(verbose=True)
+    try:
+        logging.getLogger("transformers.trainer").warning("a library's warning")
+    finally:
+        logs.close()
+    assert "WARNING transformers.trainer: a library's warning" in capfd.readouterr().err

@@ -20,22 +20,13 @@ from typing import Any
 from rich.console import Console
 
 from pods_rl.run.display import Display
-from pods_rl.run.folders import (
-    CONFIG_FILE,
-    METRICS_FILE,
-    check_model_name,
-    check_output_dir,
-    default_output_dir,
-    load_settings_of,
-    replace_output_dir,
-)
+from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.logs import RunLogs
 from pods_rl.run.monitor import RunMonitor
 from pods_rl.run.report import write_report
 from pods_rl.run.settings import RunSettings, SettingsError
 from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
 
-__all__ = ["CONFIG_FILE", "METRICS_FILE", "default_output_dir", "last_checkpoint", "load_settings_of", "train"]
 LOG_FILE = "train.log"
 DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
 

@@ -160,6 +160,9 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature for sampled pass@1.")] = 1.0,
     batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 64,
     output: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' logs, warnings and progress bars.")
+    ] = False,
 ) -> None:
     """Held-out pass@1 accuracy of any model on a task's test split."""
     from pods_rl.run.folders import check_model_name
@@ -171,11 +174,13 @@ def eval_command(
 
     from pods_rl.evaluation import evaluate
     from pods_rl.run.display import Display
+    from pods_rl.run.logs import RunLogs
     from pods_rl.run.settings import RunSettings
     from pods_rl.run.train import load_run_model, load_run_task
 
-    display = Display(console)
+    display, logs = Display(console), RunLogs(verbose=verbose)
     try:
+        logs.route_libraries()
         task_bundle = load_run_task(RunSettings(model=model, task=task))
         dataset = task_bundle.test
         if num_examples is not None:
@@ -195,6 +200,7 @@ def eval_command(
         _fail(error)
     finally:
         display.close()
+        logs.close()
     results = {"model": model, "task": task, **results}
     if output is not None:
         output.write_text(json.dumps(results, indent=2))

@@ -1,9 +1,10 @@
 """Where the libraries' logs, warnings and progress bars go: to the run's log file, not the console.
 
 The console shows the run's own progress (`pods_rl.run.display`); transformers, datasets, TRL and the hub client log
-into `train.log` in the run folder, with Python warnings. Records emitted before the folder is ready (loading
-the model, which may delete nothing yet) are held in memory and written when it is. `--verbose` also shows them
-on the console, with the libraries' own progress bars.
+into `train.log` in the run folder, with Python warnings. Records emitted before the folder is ready (while the
+model loads: a previous run there is replaced only after that) are held in memory and written when it is.
+`--verbose` also shows them on the console, with the libraries' own progress bars. Without a run folder
+(`pods eval`) they are dropped unless `--verbose`.
 """
 
 from __future__ import annotations

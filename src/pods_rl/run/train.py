@@ -149,9 +149,9 @@ def _train(
 ) -> dict[str, Any]:
     check_model_name(settings.model)
     replace = False if resume else check_output_dir(output_dir, overwrite=overwrite)
+    task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
     args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
     logs.route_libraries()
-    task = load_run_task(settings)
     eval_set = (
         task.test
         if settings.eval.num_examples is None

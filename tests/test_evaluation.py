@@ -102,3 +102,13 @@ def test_shards_cover_every_row_once_in_equal_lengths(processes) -> None:
         assert len({len(part) for part, _ in shards}) == 1  # the same number of generation batches everywhere
         counted = [row for part, count in shards for row in part["row"][:count]]
         assert counted == list(range(size))
+
+
+def test_progress_counts_completions_of_every_pass(model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    calls = []
+    evaluate(
+        model, tok, _dataset(5), max_new_tokens=2, batch_size=2, num_samples=1, progress=lambda *a: calls.append(a)
+    )
+    # greedy pass over 5 rows in batches of 2, then one sampled pass: 10 completions in all
+    assert calls == [(0, 10), (2, 10), (4, 10), (5, 10), (7, 10), (9, 10), (10, 10)]

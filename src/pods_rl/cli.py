@@ -19,7 +19,8 @@ console = Console(stderr=True)
 
 
 def _fail(error: Exception) -> None:
-    console.print(f"[bold red]error:[/] {error}")
+    """One line (wrapped only by the terminal's width), exit status 2."""
+    console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -57,9 +58,15 @@ def train(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (see configs/).")] = None,
     output_dir: Annotated[Path | None, typer.Option(help="Run folder (default: a new folder under runs/).")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue the run in this folder from its last checkpoint.")
+        Path | None,
+        typer.Option(
+            help="Continue the run in this folder from its last checkpoint. Options may change when to stop, "
+            "evaluate, save and log (--max-steps, --time-budget, --eval-every, ...); others are refused."
+        ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing run in --output-dir.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the run in --output-dir (only a folder holding a run's config.yaml).")
+    ] = False,
     model: Annotated[str | None, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")] = None,
     task: Annotated[str | None, typer.Option(help="Task name; see `pods tasks`.")] = None,
     num_generations: Annotated[int | None, typer.Option("--num-generations", "-n", help="Pool size n.")] = None,
@@ -79,39 +86,66 @@ def train(
             "eval.sampled_k=4, lora.target_modules=[q_proj,v_proj]. Trainer keys are PODSConfig fields.",
         ),
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Check the settings and data, print the plan (rollouts and rows per step), stop.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' logs, warnings and progress bars.")
+    ] = False,
 ) -> None:
     """Train a model with PODS; writes checkpoints, metrics.jsonl, summary.json, report.md and accuracy.png."""
+    # Only light modules until the settings are checked: a mistyped setting fails in about a second.
     from pods_rl.defaults import default_run_settings
-    from pods_rl.run.settings import resolve
-    from pods_rl.run.train import default_output_dir, load_settings_of
+    from pods_rl.run.folders import check_model_name, check_output_dir, default_output_dir, load_settings_of
+    from pods_rl.run.settings import apply_on_resume, resolve
+
+    changes: dict[str, Any] = {}
+    try:
+        overrides = _cli_overrides(
+            model=model,
+            task=task,
+            seed=seed,
+            time_budget=time_budget,
+            num_generations=num_generations,
+            num_selected=num_selected,
+            selection_rule=selection_rule,
+            learning_rate=learning_rate,
+            max_steps=max_steps,
+            eval_every=eval_every,
+            lora_r=lora_r,
+            set=set,
+        )
+        if resume is not None:
+            if config is not None or output_dir is not None:
+                raise ValueError("--resume continues a run in its own folder: drop --config and --output-dir.")
+            settings = load_settings_of(resume)
+            settings, changes = apply_on_resume(settings, overrides, where=f"--resume {resume}")
+            output_dir = resume
+        else:
+            settings = resolve(default_run_settings, config, overrides)
+            output_dir = output_dir or default_output_dir(settings)
+            check_output_dir(output_dir, overwrite=overwrite)
+        check_model_name(settings.model)
+    except ValueError as error:
+        _fail(error)
+
     from pods_rl.run.train import train as run_training
 
     try:
-        if resume is not None:
-            if config is not None or output_dir is not None:
-                raise ValueError("--resume continues a run with its own settings: drop --config and --output-dir.")
-            settings = load_settings_of(resume)
-            output_dir = resume
-        else:
-            overrides = _cli_overrides(
-                model=model,
-                task=task,
-                seed=seed,
-                time_budget=time_budget,
-                num_generations=num_generations,
-                num_selected=num_selected,
-                selection_rule=selection_rule,
-                learning_rate=learning_rate,
-                max_steps=max_steps,
-                eval_every=eval_every,
-                lora_r=lora_r,
-                set=set,
-            )
-            settings = resolve(default_run_settings, config, overrides)
-            output_dir = output_dir or default_output_dir(settings)
-        summary = run_training(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
+        summary = run_training(
+            settings,
+            output_dir,
+            resume=resume is not None,
+            overwrite=overwrite,
+            changes=changes,
+            console=console,
+            verbose=verbose,
+            dry_run=dry_run,
+        )
     except ValueError as error:
         _fail(error)
+    if dry_run:
+        return
     console.print(f"[bold green]done:[/] {output_dir}")
     typer.echo(json.dumps(summary, indent=2))
 
@@ -126,31 +160,47 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature for sampled pass@1.")] = 1.0,
     batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 64,
     output: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' logs, warnings and progress bars.")
+    ] = False,
 ) -> None:
     """Held-out pass@1 accuracy of any model on a task's test split."""
-    from pods_rl.evaluation import evaluate
-    from pods_rl.models import load_model
-    from pods_rl.run.train import check_model_name
-    from pods_rl.tasks import load_task
+    from pods_rl.run.folders import check_model_name
 
     try:
         check_model_name(model)
-        task_bundle = load_task(task)
     except ValueError as error:
         _fail(error)
-    dataset = task_bundle.test
-    if num_examples is not None:
-        dataset = dataset.select(range(min(num_examples, len(dataset))))
-    loaded, tokenizer = load_model(model)
-    results = evaluate(
-        loaded,
-        tokenizer,
-        dataset,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        num_samples=sampled_k,
-        temperature=temperature,
-    )
+
+    from pods_rl.evaluation import evaluate
+    from pods_rl.run.display import Display
+    from pods_rl.run.logs import RunLogs
+    from pods_rl.run.settings import RunSettings
+    from pods_rl.run.train import load_run_model, load_run_task
+
+    display, logs = Display(console), RunLogs(verbose=verbose)
+    try:
+        logs.route_libraries()
+        task_bundle = load_run_task(RunSettings(model=model, task=task))
+        dataset = task_bundle.test
+        if num_examples is not None:
+            dataset = dataset.select(range(min(num_examples, len(dataset))))
+        loaded, tokenizer = load_run_model(model, display)
+        results = evaluate(
+            loaded,
+            tokenizer,
+            dataset,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            num_samples=sampled_k,
+            temperature=temperature,
+            progress=display.callback("evaluation"),
+        )
+    except ValueError as error:
+        _fail(error)
+    finally:
+        display.close()
+        logs.close()
     results = {"model": model, "task": task, **results}
     if output is not None:
         output.write_text(json.dumps(results, indent=2))

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from datasets import Dataset
 
 RewardFunc = Callable[..., list[float]]
+Progress = Callable[[int], None]  # completions generated so far in this evaluation
 
 
 def _generate(model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict) -> list[str]:
@@ -27,7 +28,14 @@ def _generate(model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict) -> 
 
 
 def _reward_sum(
-    model, tokenizer, dataset: Dataset, counted: int, reward: RewardFunc, batch_size: int, gen_kwargs: dict
+    model,
+    tokenizer,
+    dataset: Dataset,
+    counted: int,
+    reward: RewardFunc,
+    batch_size: int,
+    gen_kwargs: dict,
+    progress: Progress,
 ) -> float:
     """Sum of the rewards of one completion for each of the first `counted` rows (the rest only fill the batches).
 
@@ -35,6 +43,7 @@ def _reward_sum(
     """
     total = 0.0
     for start in range(0, len(dataset), batch_size):
+        progress(start)
         rows = dataset[start : start + batch_size]
         completions = _generate(model, tokenizer, rows["prompt"], gen_kwargs)
         extra = {k: v for k, v in rows.items() if k not in ("prompt", "completion")}
@@ -73,13 +82,16 @@ def evaluate(
     temperature: float = 1.0,
     seed: int = 0,
     sharded: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, float | int]:
     """Pass@1 of `model` on a conversational `dataset` (`prompt` messages plus the reward's columns).
 
     `greedy` gives "accuracy" (greedy decoding); `num_samples=k > 0` gives "accuracy_sampled", the mean over
     k sampled completions per prompt at `temperature`, seeded so it repeats, without moving the global RNG.
     The reward defaults to the accuracy reward (1 if the answer is right, else 0): accuracy is its mean.
-    The model is restored to its previous train/eval mode afterwards.
+    The model is restored to its previous train/eval mode afterwards. `progress` receives (completions generated,
+    completions to generate) before each batch and at the end; on many processes, this process's count times the
+    number of processes (every share has the same length).
 
     `sharded=True` is for runs on many processes (torch.distributed): every process must call it, each evaluates
     an equal share of `dataset`, and the reward sums are added up, so every process returns the result for the
@@ -94,6 +106,15 @@ def evaluate(
     results: dict[str, float | int] = {"num_examples": len(dataset)}
     num_processes = dist.get_world_size() if sharded and dist.is_available() and dist.is_initialized() else 1
     part, counted = _shard(dataset, dist.get_rank(), num_processes) if num_processes > 1 else (dataset, len(dataset))
+    passes = int(greedy) + num_samples
+    to_generate = passes * len(dataset)
+    done_passes = 0
+
+    def report(done_in_pass: int) -> None:
+        if progress is not None:
+            done = (done_passes * len(part) + done_in_pass) * num_processes
+            progress(min(done, to_generate), to_generate)
+
     sums: dict[str, float] = {}
     was_training = model.training
     model.eval()
@@ -101,7 +122,8 @@ def evaluate(
         with torch.no_grad():
             if greedy:
                 gen_kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False}
-                sums["accuracy"] = _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs)
+                sums["accuracy"] = _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs, report)
+                done_passes += 1
             if num_samples > 0:
                 gen_kwargs = {
                     "max_new_tokens": max_new_tokens,
@@ -112,14 +134,15 @@ def evaluate(
                 }
                 with torch.random.fork_rng(devices=[]):  # seeded here without moving the caller's RNG
                     torch.manual_seed(seed)
-                    sampled = sum(
-                        _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs)
-                        for _ in range(num_samples)
-                    )
+                    sampled = 0.0
+                    for _ in range(num_samples):
+                        sampled += _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs, report)
+                        done_passes += 1
                 sums["accuracy_sampled"] = sampled / num_samples
                 results["num_samples"] = num_samples
     finally:
         model.train(was_training)
+    report(0)  # done_passes == passes: the whole evaluation
     if num_processes > 1:
         sums = dict(zip(sums, _sum_over_processes(list(sums.values()), model.device), strict=True))
     results.update({key: total / len(dataset) for key, total in sums.items()})

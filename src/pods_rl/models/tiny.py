@@ -12,17 +12,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+if TYPE_CHECKING:  # torch, tokenizers and transformers load when a model is built: `pods` checks settings first
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pods_rl.tasks.base import SYSTEM_PROMPT
+logger = logging.getLogger(__name__)
+Progress = Callable[[int, int], None]  # (done, total), called as a long build goes on
 
 # Bumped whenever the code below changes what a recipe builds, so old caches are not reused.
 BUILD_VERSION = 2
@@ -88,6 +91,11 @@ def cache_root() -> Path:
 
 def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on the prompt text; byte-level so that any string round-trips."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from pods_rl.tasks.base import SYSTEM_PROMPT
+
     corpus = [
         SYSTEM_PROMPT,
         TINY_SYSTEM_PROMPT,
@@ -121,6 +129,9 @@ def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
 
 def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     """A freshly initialised Llama sized by the recipe (seeded, so builds are reproducible)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(recipe.seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -141,8 +152,18 @@ def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> Llama
     return model
 
 
-def warm_start(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, recipe: TinyRecipe, out: Path) -> None:
-    """Supervised fine-tuning on (partly flawed) arithmetic demonstrations, loss on completions only."""
+def warm_start(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    recipe: TinyRecipe,
+    out: Path,
+    progress: Progress | None = None,
+) -> None:
+    """Supervised fine-tuning on (partly flawed) arithmetic demonstrations, loss on completions only.
+
+    Its losses go to the `pods_rl` logger (the run's log file), its steps to `progress`; nothing is printed.
+    """
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from pods_rl.tasks.arithmetic import load_arithmetic, sft_dataset
@@ -167,12 +188,37 @@ def warm_start(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, reci
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer).train()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(_reporting_callback(progress))
+    trainer.train()
     shutil.rmtree(out / "sft", ignore_errors=True)
 
 
-def build_tiny(recipe: TinyRecipe | None = None, *, cache_dir: str | os.PathLike | None = None) -> Path:
+def _reporting_callback(progress: Progress | None):
+    """A TrainerCallback sending the warm start's steps to `progress` and its losses to the log."""
+    from transformers import TrainerCallback
+
+    class ReportingCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if progress is not None:
+                progress(state.global_step, state.max_steps)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logger.info("warm start step %d/%d: %s", state.global_step, state.max_steps, logs)
+
+    return ReportingCallback()
+
+
+def build_tiny(
+    recipe: TinyRecipe | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> Path:
     """Return the folder of the warm-started checkpoint for `recipe`, building it first if needed.
+
+    `progress` receives the warm start's (step, total steps) when a build runs.
 
     The build writes into a temporary sibling folder and renames it into place, so an interrupted or
     concurrent build never leaves a half-written checkpoint where a later load would find it.
@@ -188,7 +234,7 @@ def build_tiny(recipe: TinyRecipe | None = None, *, cache_dir: str | os.PathLike
         tokenizer = build_tokenizer(recipe.vocab_size)
         model = build_model(recipe, tokenizer)
         if recipe.sft_steps > 0:
-            warm_start(model, tokenizer, recipe, tmp)
+            warm_start(model, tokenizer, recipe, tmp, progress)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "recipe.json").write_text(json.dumps(dataclasses.asdict(recipe), indent=2, default=list))

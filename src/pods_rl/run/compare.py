@@ -18,7 +18,6 @@ Definitions (also written into comparison.json):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -34,8 +33,8 @@ from rich.table import Table
 
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.cost_model import PHASES, CostModel, when_pods_pays
+from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.settings import RunSettings, merge, read_yaml
-from pods_rl.run.train import CONFIG_FILE, METRICS_FILE, check_model_name
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -221,10 +220,17 @@ def run_comparison(
     """
     console = console or Console(stderr=True)
     output_dir = Path(output_dir)
+    replace = (
+        False if resume else check_output_dir(output_dir, overwrite=overwrite, marker=COMPARE_FILE, what="comparison")
+    )
     for name in settings.arms:
         check_model_name(settings.arm_settings(name, settings.seeds[0]).model)
     if not resume:
-        _prepare(output_dir, settings, overwrite=overwrite)
+        from pods_rl.run.train import load_run_task
+
+        load_run_task(settings.arm_settings(next(iter(settings.arms)), settings.seeds[0]))  # its data can be read
+        replace_output_dir(output_dir, replace=replace)  # every check passed: only now is a folder replaced
+        (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
     # Seed by seed, every arm in turn: slow drifts in machine load (shared cores) hit every arm alike.
     runs = [(name, seed) for seed in settings.seeds for name in settings.arms]
     for index, (name, seed) in enumerate(runs, start=1):
@@ -252,19 +258,6 @@ def run_comparison(
     for warning in comparison["warnings"]:
         console.print(f"[bold yellow]warning:[/] {warning}")
     return comparison
-
-
-def _prepare(output_dir: Path, settings: CompareSettings, *, overwrite: bool) -> None:
-    """Refuse to mix two comparisons in one folder unless told to overwrite; save the settings for --resume."""
-    if output_dir.exists() and any(output_dir.iterdir()):
-        if not overwrite:
-            raise ValueError(
-                f"Output directory {output_dir} already holds files: pass --resume {output_dir} to finish that "
-                "comparison or --overwrite to replace it."
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
 
 
 def load_compare(output_dir: Path) -> CompareSettings:

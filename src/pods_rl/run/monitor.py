@@ -22,11 +22,10 @@ from typing import Any
 
 import torch.distributed as dist
 from accelerate.utils import broadcast_object_list
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from pods_rl.run.display import Display
 from pods_rl.run.settings import EvalSettings
 
 Evaluate = Callable[[Any], dict[str, float]]
@@ -47,7 +46,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         *,
         time_budget: float | None = None,
         is_main: bool = True,
-        console: Console | None = None,
+        display: Display | None = None,
         train_seconds: float = 0.0,
         evaluations: list[dict] | None = None,
     ):
@@ -56,14 +55,15 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.eval_settings = eval_settings
         self.time_budget = time_budget
         self.is_main = is_main
-        self.console = console or Console(stderr=True)
+        self.display = display or Display()
         self.train_seconds = train_seconds
         self.evaluations: list[dict] = evaluations or []
         self.stop_signal: int | None = None  # the signal that asked the run to stop, if one did
         self._step_start = 0.0
         self._last_log: dict[str, float] = {}
-        self._progress: Progress | None = None
-        self._task_id = None
+        self._first_step = 0
+        self._step_seconds = 0.0
+        self._showing = False  # whether this process shows the training's progress (the main one does)
 
     # ------------------------------------------------------------- checkpointed state
     def state(self) -> dict:
@@ -94,41 +94,50 @@ class RunMonitor(TrainerCallback, ExportableState):
                 signal.signal(number, handler)
 
     def close(self) -> None:
-        """Stop the progress display (also when training ended with an error)."""
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        """Stop showing progress (also when training ended with an error)."""
+        self._showing = False
 
     # ------------------------------------------------------------- trainer events
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.is_main:
-            self._start_progress(state)
+        self._showing = self.is_main
+        self._first_step = state.global_step
         # The base accuracy before the first update; on resume, the evaluation a stop by signal skipped.
         if not self.evaluations or self._eval_due(state):
             self._evaluate(state, model)
+        self._update_progress(state)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = time.perf_counter()
+        if self._showing:  # a long step (generation on a CPU) still shows that it runs
+            self.display.update(
+                "training",
+                state.global_step,
+                state.max_steps,
+                f"{self._progress_text()} | step {state.global_step + 1}",
+            )
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.train_seconds += time.perf_counter() - self._step_start
+        step_seconds = time.perf_counter() - self._step_start
+        self.train_seconds += step_seconds
         self._follow_main_process()
         if self.stop_signal is not None:
             control.should_save = True
             control.should_training_stop = True
-            self._update_progress(state)
             return
         if self.time_budget is not None and self.train_seconds >= self.time_budget:
             control.should_training_stop = True
+        self._step_seconds = step_seconds
         if self._eval_due(state) or control.should_training_stop or state.global_step >= state.max_steps:
             self._evaluate(state, model)
-        self._update_progress(state)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "train_runtime" in logs:
             return
         self._last_log = dict(logs)
         self._write({"type": "step", "step": state.global_step, "train_seconds": self.train_seconds, **logs})
+        if self._showing and state.global_step == self._first_step + 1:
+            self._report_pace(state, self._step_seconds)
+        self._update_progress(state)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         stopped = self.stop_signal is not None  # no evaluation now: the resumed run evaluates on its schedule
@@ -156,10 +165,18 @@ class RunMonitor(TrainerCallback, ExportableState):
     def _evaluate(self, state, model) -> None:
         """Every process evaluates (its share of the evaluation set, see `evaluate(sharded=True)`): under ZeRO-3 or
         FSDP each forward pass needs them all. All keep the record; the main process writes it."""
+        started = time.perf_counter()
         results = self.evaluate(model)
         record = {"step": state.global_step, "train_seconds": self.train_seconds, **results}
         self.evaluations.append(record)
         self._write({"type": "eval", **record})
+        if self._showing and "accuracy" in results:
+            sampled = f", sampled {results['accuracy_sampled']:.3f}" if "accuracy_sampled" in results else ""
+            self.display.print(
+                f"step {state.global_step}: held-out accuracy {results['accuracy']:.3f}{sampled} "
+                f"({results['num_examples']} examples, {time.perf_counter() - started:.0f} s)",
+                highlight=False,
+            )
 
     def _write(self, record: dict) -> None:
         if not self.is_main:
@@ -167,34 +184,30 @@ class RunMonitor(TrainerCallback, ExportableState):
         with self.metrics_path.open("a") as file:
             file.write(json.dumps(record, default=float) + "\n")
 
-    def _start_progress(self, state) -> None:
-        self._progress = Progress(
-            TextColumn("[bold]step {task.completed:.0f}/{task.total:.0f}"),
-            BarColumn(),
-            TextColumn("reward {task.fields[reward]}  selected {task.fields[selected]}  acc {task.fields[acc]}"),
-            TextColumn("train {task.fields[train]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=False,
+    def _report_pace(self, state, step_seconds: float) -> None:
+        """After the first step, what the rest will take at this pace (evaluation excluded)."""
+        phases = [(phase, self._last_log.get(f"pods/time_{phase}")) for phase in ("generate", "update")]
+        split = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases if seconds is not None)
+        remaining = (state.max_steps - state.global_step) * step_seconds
+        if self.time_budget is not None:
+            remaining = min(remaining, max(self.time_budget - self.train_seconds, 0.0))
+        self.display.print(
+            f"step {state.global_step} took {step_seconds:.1f} s"
+            + (f" ({split})" if split else "")
+            + f": about {remaining / 60:.1f} min of training left at this pace",
+            highlight=False,
         )
-        self._task_id = self._progress.add_task(
-            "train", total=state.max_steps, completed=state.global_step, reward="-", selected="-", acc="-", train="-"
-        )
-        self._progress.start()
 
     def _update_progress(self, state) -> None:
-        if self._progress is None:
+        if not self._showing:
             return
+        self.display.update("training", state.global_step, state.max_steps, self._progress_text())
+
+    def _progress_text(self) -> str:
         accuracy = self.evaluations[-1]["accuracy"] if self.evaluations else math.nan
-        self._progress.update(
-            self._task_id,
-            completed=state.global_step,
-            reward=_fmt(self._last_log.get("pods/pool_reward_mean", self._last_log.get("reward"))),
-            selected=_fmt(self._last_log.get("pods/selected_reward_mean")),
-            acc=_fmt(accuracy),
-            train=f"{self.train_seconds:.0f}s",
-        )
+        reward = self._last_log.get("pods/pool_reward_mean", self._last_log.get("reward"))
+        selected = self._last_log.get("pods/selected_reward_mean")
+        return f"reward {_fmt(reward)} sel {_fmt(selected)} acc {_fmt(accuracy)} train {self.train_seconds:.0f}s"
 
 
 def _fmt(value: float | None) -> str:

@@ -1,20 +1,24 @@
 """Run settings: what `pods train` reads from defaults, a YAML file and command-line overrides.
 
-Everything is validated here, before any model or dataset is loaded, so a bad setting fails in a second.
+Every section has a schema (pydantic), so the types, ranges and help text live in one place, and everything is
+validated here, before any model or dataset is loaded. This module imports neither torch nor TRL: the `trainer` and
+`lora` sections are checked against field tables generated from PODSConfig and peft's LoraConfig
+(`pods_rl.run.field_types`, kept equal to the installed classes by a test), so a mistyped setting fails in a second.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from pods_rl.trainer import PODSConfig
+from pods_rl.run.field_types import FIELD_TYPES
 
 
 class _Loader(yaml.SafeLoader):
@@ -32,58 +36,83 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: builds plain data only
 
 
-@dataclass
-class EvalSettings:
+class SettingsError(ValueError):
+    """A setting is wrong: the message is one line naming the setting and what is allowed."""
+
+
+_STRICT = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class EvalSettings(BaseModel):
     """Held-out evaluation during training; its time is excluded from the training clock."""
 
-    every_steps: int | None = 20
-    every_seconds: float | None = None  # of training time; used instead of every_steps when set
-    num_examples: int | None = None  # None: the whole test split
-    sampled_k: int = 0  # also report sampled pass@1 averaged over k samples at the training temperature
-    batch_size: int = 128
-    max_new_tokens: int | None = None  # None: the trainer's max_completion_length
+    model_config = _STRICT
+
+    every_steps: int | None = Field(20, ge=1, description="evaluate every this many steps (null: start and end only)")
+    every_seconds: float | None = Field(
+        None, gt=0, description="evaluate every this many seconds of training time; replaces every_steps when set"
+    )
+    num_examples: int | None = Field(None, ge=1, description="evaluate on the first N test examples (null: all)")
+    sampled_k: int = Field(0, ge=0, description="also sampled pass@1, averaged over k samples at the temperature")
+    batch_size: int = Field(128, ge=1, description="generation batch size of the evaluation")
+    max_new_tokens: int | None = Field(None, ge=1, description="completion limit (null: max_completion_length)")
 
 
-@dataclass
-class RunSettings:
+class RunSettings(BaseModel):
     """A whole run. `trainer` holds any PODSConfig field (TRL's GRPOConfig plus num_selected, selection_rule...)."""
 
-    model: str = "tiny"
-    task: str = "arithmetic"
-    task_options: dict[str, Any] = field(default_factory=dict)
-    lora: dict[str, Any] | None = None  # peft.LoraConfig fields, e.g. {r: 16, lora_alpha: 32}
-    trainer: dict[str, Any] = field(default_factory=dict)
-    eval: EvalSettings = field(default_factory=EvalSettings)
-    time_budget: float | None = None  # seconds of training time (evaluation and checkpoints excluded)
-    seed: int = 0
+    model_config = _STRICT
+
+    model: str = Field("tiny", min_length=1, description="'tiny', 'smollm2-135m', a local folder or a hub id")
+    task: str = Field("arithmetic", min_length=1, description="a task name, see `pods tasks`")
+    task_options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the task's loader")
+    lora: dict[str, Any] | None = Field(None, description="peft.LoraConfig fields, e.g. {r: 16, lora_alpha: 32}")
+    trainer: dict[str, Any] = Field(default_factory=dict, description="PODSConfig fields")
+    eval: EvalSettings = Field(default_factory=EvalSettings, description="held-out evaluation")
+    time_budget: float | None = Field(None, gt=0, description="seconds of training time (evaluation excluded)")
+    seed: int = Field(0, ge=0, lt=2**32, description="seed of the data order, sampling and selection")
+
+    @field_validator("trainer")
+    @classmethod
+    def _trainer_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_fields("trainer", value, hint="each key is a PODSConfig (TRL GRPOConfig) field")
+
+    @field_validator("lora")
+    @classmethod
+    def _lora_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_fields("lora", value, hint="each key is a peft.LoraConfig field")
+
+    @field_validator("task_options")
+    @classmethod
+    def _data_files_exist(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_data_files(value.get("data_files"))
+        return value
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, where: str = "settings") -> RunSettings:
-        data = dict(data)
-        _reject_unknown(data, cls, where)
-        eval_data = data.pop("eval", None) or {}
-        if not isinstance(eval_data, dict):
-            raise ValueError(f"{where}: 'eval' must be a mapping, got {eval_data!r}.")
-        _reject_unknown(eval_data, EvalSettings, f"{where}: eval")
-        for name in ("task_options", "trainer"):
-            if not isinstance(data.get(name, {}), dict):
-                raise ValueError(f"{where}: {name!r} must be a mapping, got {data[name]!r}.")
-        return cls(**data, eval=EvalSettings(**eval_data))
+    def from_dict(cls, data: Any, *, where: str = "settings") -> RunSettings:
+        """Validate `data`; raises SettingsError with one line naming the first wrong setting."""
+        if not isinstance(data, dict):
+            raise SettingsError(f"{where}: settings must be a mapping, got {data!r}.")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise SettingsError(f"{where}: {describe(error, cls)}") from None
 
-    def trainer_config(self, output_dir: Path, **run_fields: Any) -> PODSConfig:
-        """The PODSConfig of this run; raises ValueError naming any unknown or inconsistent trainer setting."""
-        known = {f.name for f in fields(PODSConfig)}
-        unknown = sorted(set(self.trainer) - known)
-        if unknown:
-            raise ValueError(f"Unknown trainer setting(s) {unknown}: each must be a PODSConfig/GRPOConfig field.")
+    def trainer_config(self, output_dir: Path, **run_fields: Any):
+        """The PODSConfig of this run; raises SettingsError naming any inconsistent trainer setting.
+
+        This imports TRL (seconds): the checks that need no PODSConfig ran when the settings were built.
+        """
+        from pods_rl.trainer import PODSConfig
+
         values = {"seed": self.seed, **_device_defaults(), **self.trainer, "output_dir": str(output_dir), **run_fields}
         try:
             return PODSConfig(**values)
-        except ValueError as error:
-            raise ValueError(f"Invalid trainer settings: {error}") from error
+        except (ValueError, TypeError) as error:
+            raise SettingsError(f"Invalid trainer settings: {error}") from error
 
 
 def _device_defaults() -> dict[str, bool]:
@@ -99,11 +128,77 @@ def _device_defaults() -> dict[str, bool]:
     return {"use_cpu": not has_accelerator, "bf16": bf16}
 
 
-def _reject_unknown(data: dict[str, Any], cls: type, where: str) -> None:
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {allowed}.")
+# ------------------------------------------------------------------ field tables of PODSConfig and LoraConfig
+
+_TYPE_NAMES = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict, "Any": Any}
+
+
+@cache
+def _adapter(type_text: str) -> TypeAdapter:
+    annotation = eval(type_text, {"__builtins__": {}}, {**_TYPE_NAMES, "Literal": Literal, "None": None})
+    return TypeAdapter(annotation, config=ConfigDict(strict=True))
+
+
+def check_fields(section: str, values: dict[str, Any], *, hint: str) -> dict[str, Any]:
+    """Check each key of `section` against its field table: an unknown key or a wrong type raises one line."""
+    table = FIELD_TYPES[section]
+    for key, value in values.items():
+        if key not in table:
+            raise ValueError(f"unknown key {section}.{key}{_close_matches(key, table)}; {hint}")
+        try:
+            _adapter(table[key]).validate_python(value)
+        except ValidationError:
+            raise ValueError(f"{section}.{key}: expected {table[key]}, got {value!r}") from None
+    return values
+
+
+def _close_matches(key: str, allowed: Any) -> str:
+    matches = difflib.get_close_matches(str(key), list(allowed), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(map(repr, matches))}?)" if matches else ""
+
+
+def describe(error: ValidationError, model: type[BaseModel]) -> str:
+    """The first error of a validation as one line: the dotted setting, what is wrong, what is allowed."""
+    first = error.errors()[0]
+    location = [str(part) for part in first["loc"]]
+    place = ".".join(location)
+    if first["type"] == "extra_forbidden":
+        section = _section_model(model, location[:-1])
+        allowed = list(section.model_fields)
+        return f"unknown key {place}{_close_matches(location[-1], allowed)}; allowed: {', '.join(allowed)}."
+    if first["type"] == "value_error":
+        message = str(first["ctx"]["error"])  # from check_fields or check_data_files
+        named = message.startswith((place, "unknown key"))
+        return f"{message}." if named else f"{place}: {message}."
+    message = first["msg"][0].lower() + first["msg"][1:]
+    return f"{place}: {message}, got {first['input']!r}."
+
+
+def _section_model(model: type[BaseModel], path: list[str]) -> type[BaseModel]:
+    for name in path:
+        annotation = model.model_fields[name].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return model
+
+
+def check_data_files(data_files: Any) -> None:
+    """`task_options.data_files` maps split names to local files (or lists of them) that exist."""
+    if data_files is None:
+        return
+    usage = "e.g. --set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
+    if not isinstance(data_files, dict):
+        raise ValueError(f"data_files must map each split to its files, {usage}; got {data_files!r}")
+    for split, files in data_files.items():
+        for file in [files] if isinstance(files, str) else files if isinstance(files, list) else [files]:
+            if not isinstance(file, str):
+                raise ValueError(f"data_files[{split!r}] must be a path or a list of paths, got {file!r}")
+            local = "://" not in file and not any(char in file for char in "*?[")
+            if local and not Path(file).is_file():
+                raise ValueError(f"data_files[{split!r}]: no file {file!r} ({usage})")
+
+
+# ------------------------------------------------------------------ reading and merging
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -111,13 +206,16 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = load_yaml(Path(path).read_text())
     except FileNotFoundError:
-        raise ValueError(f"Config file {path} does not exist.") from None
+        raise SettingsError(f"Config file {path} does not exist.") from None
     except yaml.YAMLError as error:
-        raise ValueError(f"Config file {path} is not valid YAML: {error}") from None
+        where = getattr(error, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(error, "problem", None) or "cannot be parsed"
+        raise SettingsError(f"Config file {path} is not valid YAML{at}: {problem}.") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ValueError(f"Config file {path} must hold a mapping of settings, got {type(data).__name__}.")
+        raise SettingsError(f"Config file {path} must hold a mapping of settings, got {type(data).__name__}.")
     return data
 
 
@@ -132,15 +230,23 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"trainer": {"max_steps": 5}} -> {"trainer.max_steps": 5}."""
+    items: dict[str, Any] = {}
+    for key, value in data.items():
+        items.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return items
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """`trainer.learning_rate=1e-4` -> {"trainer": {"learning_rate": 0.0001}}; the value is read as YAML."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"Override {text!r} must look like KEY=VALUE, e.g. trainer.learning_rate=1e-4.")
+        raise SettingsError(f"Override {text!r} must look like KEY=VALUE, e.g. trainer.learning_rate=1e-4.")
     try:
         value = load_yaml(raw)
     except yaml.YAMLError as error:
-        raise ValueError(f"Override {text!r}: the value is not valid YAML: {error}") from None
+        raise SettingsError(f"Override {text!r}: the value is not valid YAML: {error}") from None
     for part in reversed(key.split(".")):
         value = {part: value}
     return value
@@ -149,9 +255,56 @@ def parse_override(text: str) -> dict[str, Any]:
 def resolve(
     defaults: Callable[[str, str], dict[str, Any]], config_file: Path | None, overrides: list[dict[str, Any]]
 ) -> RunSettings:
-    """Defaults for the chosen model and task, then the YAML file, then command-line overrides, in that order."""
+    """Defaults for the chosen model and task, then the YAML file, then command-line overrides, in that order.
+
+    The user's own settings are checked first, on their own: a mistake there is reported before the defaults of the
+    model and task are built.
+    """
+    where = str(config_file) if config_file else "settings"
     user: dict[str, Any] = read_yaml(config_file) if config_file is not None else {}
     for override in overrides:
         user = merge(user, override)
-    data = merge(defaults(user.get("model", "tiny"), user.get("task", "arithmetic")), user)
-    return RunSettings.from_dict(data, where=str(config_file) if config_file else "settings")
+    checked = RunSettings.from_dict(user, where=where)
+    return RunSettings.from_dict(merge(defaults(checked.model, checked.task), user), where=where)
+
+
+# ------------------------------------------------------------------ resuming with changed settings
+
+# What `--resume` may change: when to stop, when to evaluate, and how to log and save. Anything else would make the
+# resumed run a different run from its checkpoint.
+RESUMABLE = (
+    "trainer.max_steps",
+    "time_budget",
+    "eval.every_steps",
+    "eval.every_seconds",
+    "eval.batch_size",
+    "trainer.save_steps",
+    "trainer.save_total_limit",
+    "trainer.report_to",
+)
+
+
+def apply_on_resume(
+    saved: RunSettings, overrides: list[dict[str, Any]], *, where: str
+) -> tuple[RunSettings, dict[str, tuple[Any, Any]]]:
+    """The saved settings with `overrides` applied, and the changes as {dotted key: (old, new)}.
+
+    Raises SettingsError naming every key that may not change on resume.
+    """
+    data = saved.to_dict()
+    for override in overrides:
+        data = merge(data, override)
+    updated = RunSettings.from_dict(data, where=where)
+    before, after = flatten(saved.to_dict()), flatten(updated.to_dict())
+    changes = {
+        key: (before.get(key), after.get(key))
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    }
+    refused = [key for key in changes if key not in RESUMABLE]
+    if refused:
+        raise SettingsError(
+            f"--resume cannot change {', '.join(refused)}: a resumed run keeps the settings it started with; "
+            f"it may change only {', '.join(RESUMABLE)}."
+        )
+    return updated, changes

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import time
@@ -20,15 +19,16 @@ from typing import Any
 
 from rich.console import Console
 
-from pods_rl.models import BUILTIN_MODELS
+from pods_rl.run.display import Display
+from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
+from pods_rl.run.logs import RunLogs
 from pods_rl.run.monitor import RunMonitor
 from pods_rl.run.report import write_report
-from pods_rl.run.settings import RunSettings, read_yaml
+from pods_rl.run.settings import RunSettings, SettingsError
 from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+LOG_FILE = "train.log"
+DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
 
 
 class RunInterrupted(SystemExit):
@@ -37,36 +37,6 @@ class RunInterrupted(SystemExit):
     def __init__(self, signal_number: int):
         super().__init__(128 + signal_number)
         self.signal_number = signal_number
-
-
-def default_output_dir(settings: RunSettings) -> Path:
-    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{settings.task}-{Path(settings.model).name}".replace(":", "_")
-    return Path("runs") / name
-
-
-def check_model_name(name: str) -> None:
-    if name in BUILTIN_MODELS or Path(name).exists() or HUB_ID.match(name):
-        return
-    raise ValueError(
-        f"Unknown model {name!r}: use a built-in model {sorted(BUILTIN_MODELS)}, a local folder, or a Hugging Face "
-        "hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
-    )
-
-
-def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix two runs in one folder unless told to resume or overwrite."""
-    if resume:
-        if not (output_dir / CONFIG_FILE).exists():
-            raise ValueError(f"--resume {output_dir}: no run there ({CONFIG_FILE} is missing).")
-        return
-    if output_dir.exists() and any(output_dir.iterdir()):
-        if not overwrite:
-            raise ValueError(
-                f"Output directory {output_dir} already holds files: pass --resume to continue that run or "
-                "--overwrite to replace it."
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
 
 
 def last_checkpoint(output_dir: Path) -> Path | None:
@@ -88,12 +58,56 @@ def remove_staging(output_dir: Path) -> None:
         shutil.rmtree(staging)
 
 
-def load_settings_of(output_dir: Path) -> RunSettings:
-    """The settings a run in `output_dir` was started with (what `--resume` continues with)."""
-    path = Path(output_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise ValueError(f"--resume {output_dir}: no run there ({CONFIG_FILE} is missing).")
-    return RunSettings.from_dict(read_yaml(path), where=str(path))
+def load_run_task(settings: RunSettings):
+    """The run's task; an unreachable hub becomes one line saying how to use local files instead."""
+    from pods_rl.tasks import load_task
+
+    try:
+        return load_task(settings.task, **settings.task_options)
+    except (ConnectionError, OSError) as error:
+        if "data_files" in settings.task_options:
+            raise SettingsError(f"Task {settings.task!r}: cannot read its data_files: {_first_line(error)}") from None
+        raise SettingsError(
+            f"Task {settings.task!r} could not load its data from the Hugging Face hub ({_first_line(error)}). "
+            f"Offline? Use local files in the same schema: {DATA_FILES_USAGE}."
+        ) from None
+
+
+def load_run_model(name: str, display: Display):
+    """The run's model and tokenizer; a built-in model's first build reports to `display`."""
+    from pods_rl.models import load_model
+
+    label = {"tiny": "warm start of tiny (once)", "smollm2-135m": "converting smollm2-135m (once)"}.get(name, name)
+    try:
+        return load_model(name, progress=display.callback(label))
+    except OSError as error:
+        raise SettingsError(
+            f"Model {name!r} could not be loaded: {_first_line(error)} (offline? use a local folder or a "
+            "built-in model, see `pods models`)."
+        ) from None
+
+
+def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path) -> list[str]:
+    """What the run will do, in words: the start banner and `pods train --dry-run`."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    n, m = args.num_generations, args.num_selected
+    rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+    prompts = rows / m
+    rule = "GRPO" if m == n else f"PODS ({args.selection_rule})"
+    stop = f"{args.max_steps} steps" + (f" or {settings.time_budget:g} s of training" if settings.time_budget else "")
+    every = settings.eval.every_seconds
+    schedule = (
+        f"every {every:g} s of training"
+        if every
+        else (f"every {settings.eval.every_steps} steps" if settings.eval.every_steps else "at the start and end")
+    )
+    sampled = f", sampled pass@1 over {settings.eval.sampled_k} samples" if settings.eval.sampled_k else ""
+    return [
+        f"run: {settings.model} on {settings.task}, {rule}, seed {settings.seed} -> {output_dir}",
+        f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
+        f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
+        f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
+    ]
 
 
 def train(
@@ -102,39 +116,73 @@ def train(
     *,
     resume: bool = False,
     overwrite: bool = False,
+    changes: dict[str, tuple[Any, Any]] | None = None,
     console: Console | None = None,
+    verbose: bool = False,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) training; returns the summary also written to `summary.json`."""
-    console = console or Console(stderr=True)
-    output_dir = Path(output_dir)
-    # Everything that can be checked without loading a model is checked first.
-    args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
+    """Run (or resume) training; returns the summary also written to `summary.json` (empty for a dry run).
+
+    Every check that can run before training does, before the output folder is touched: the settings, the task and
+    its data, the model. Only then is a previous run in `output_dir` replaced (`overwrite`). `changes` are the
+    settings a resume changed ({key: (old, new)}), recorded in config.yaml.
+    """
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    display = Display(console if is_main else Console(quiet=True))
+    logs = RunLogs(verbose=verbose)
+    try:
+        return _train(settings, Path(output_dir), resume, overwrite, changes or {}, display, logs, dry_run)
+    finally:
+        display.close()
+        logs.close()
+
+
+def _train(
+    settings: RunSettings,
+    output_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    changes: dict[str, tuple[Any, Any]],
+    display: Display,
+    logs: RunLogs,
+    dry_run: bool,
+) -> dict[str, Any]:
     check_model_name(settings.model)
-    prepare_output_dir(output_dir, resume=resume, overwrite=overwrite)
-    checkpoint = last_checkpoint(output_dir) if resume else None
-    from pods_rl.tasks import load_task
-
-    task = load_task(settings.task, **settings.task_options)
-    if resume:
-        remove_staging(output_dir)
-        _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
-    else:
-        _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
-
-    from peft import LoraConfig
-
-    from pods_rl.evaluation import evaluate
-    from pods_rl.models import load_model
-    from pods_rl.trainer import PODSTrainer
-
-    model, tokenizer = load_model(settings.model)
-    if args.reward_weights is None:
-        args.reward_weights = task.reward_weights
+    replace = False if resume else check_output_dir(output_dir, overwrite=overwrite)
+    task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
+    args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
+    logs.route_libraries()
     eval_set = (
         task.test
         if settings.eval.num_examples is None
         else task.test.select(range(min(settings.eval.num_examples, len(task.test))))
     )
+    for line in plan_lines(settings, args, len(eval_set), output_dir):
+        display.print(line, highlight=False)
+    if dry_run:
+        return {}
+
+    from peft import LoraConfig
+
+    from pods_rl.evaluation import evaluate
+    from pods_rl.trainer import PODSTrainer
+
+    model, tokenizer = load_run_model(settings.model, display)
+    logs.route_libraries()
+    # Every check passed: only now is the output folder touched.
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    if resume:
+        remove_staging(output_dir)
+        _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+        if changes:
+            _record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
+    else:
+        replace_output_dir(output_dir, replace=replace)
+        _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
+    rank = int(os.environ.get("RANK", "0"))
+    logs.write_to(output_dir / (LOG_FILE if rank == 0 else f"train-rank{rank}.log"))
+    if args.reward_weights is None:
+        args.reward_weights = task.reward_weights
     max_new_tokens = settings.eval.max_new_tokens or args.max_completion_length
 
     def run_eval(eval_model) -> dict[str, float]:
@@ -148,6 +196,7 @@ def train(
             temperature=args.temperature,
             seed=settings.seed,
             sharded=True,  # every process evaluates its share; the monitor calls this on all of them
+            progress=display.callback("evaluation"),
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
@@ -167,7 +216,7 @@ def train(
         settings.eval,
         time_budget=settings.time_budget,
         is_main=trainer.accelerator.is_main_process,
-        console=console,
+        display=display,
     )
     if checkpoint is not None:
         state = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["RunMonitor"]
@@ -178,12 +227,12 @@ def train(
         with monitor.stopping_on_signals():
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except RewardError:
-        _save_last_completed_step(trainer, output_dir, console)
+        _save_last_completed_step(trainer, output_dir, display)
         raise
     finally:
         monitor.close()
     if monitor.stop_signal is not None:
-        console.print(
+        display.print(
             f"[bold yellow]stopped by {signal.Signals(monitor.stop_signal).name}[/] at step "
             f"{trainer.state.global_step} (checkpoint saved): continue with `pods train --resume {output_dir}`"
         )
@@ -197,6 +246,22 @@ def train(
         write_report(output_dir, settings, summary, monitor.evaluations)
     trainer.accelerator.wait_for_everyone()
     return summary
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0].rstrip(".")
+
+
+def _record_changes(
+    path: Path, settings: RunSettings, changes: dict[str, tuple[Any, Any]], checkpoint: Path | None
+) -> None:
+    """Rewrite config.yaml with the resumed run's settings, keeping earlier notes and adding one for this change."""
+    notes = [line for line in path.read_text().splitlines() if line.startswith("#")]
+    step = checkpoint.name.split("-")[1] if checkpoint else "0"
+    changed = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
+    notes.append(f"# resumed at step {step} on {time.strftime('%Y-%m-%d %H:%M:%S')} with {changed}")
+    _write_atomic(path, "\n".join(notes) + "\n" + _dump_yaml(settings.to_dict()))
 
 
 def _run_trainer_fields(settings: RunSettings) -> dict[str, Any]:
@@ -226,7 +291,7 @@ def _quiet_transformers_printing(trainer) -> None:
     trainer.remove_callback(ProgressCallback)
 
 
-def _save_last_completed_step(trainer, output_dir: Path, console: Console) -> None:
+def _save_last_completed_step(trainer, output_dir: Path, display: Display) -> None:
     """After a reward failure mid-step, checkpoint the last completed step (the update of the failed one never ran).
 
     Single-process runs only: in a multi-process run the other processes cannot join the save.
@@ -235,7 +300,7 @@ def _save_last_completed_step(trainer, output_dir: Path, console: Console) -> No
     if step == 0 or trainer.accelerator.num_processes > 1 or (output_dir / f"checkpoint-{step}").exists():
         return
     trainer._save_checkpoint(trainer.model_wrapped, trial=None)
-    console.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
+    display.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
 
 
 def _truncate_metrics(path: Path, checkpoint: Path | None) -> None:

@@ -1,0 +1,74 @@
+"""The run's console: lines in a log file (one per tenth of a phase, a heartbeat while it runs), a progress
+display on a terminal that stays readable when narrow."""
+
+import io
+import re
+import time
+
+from rich.console import Console
+
+from pods_rl.run.display import Display
+
+
+def file_console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=False, width=80), out
+
+
+def test_log_file_gets_a_line_per_tenth_and_the_end():
+    console, out = file_console()
+    display = Display(console, heartbeat=3600)
+    for done in range(0, 101):
+        display.update("training", done, 100, f"reward {done / 100:.2f} " + "x" * 70)
+    display.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [f"training {k}/100" for k in range(10, 101, 10)]
+    # Whole lines in an 80-column console: never wrapped or cut.
+    assert lines[4].startswith(f"training 50/100 | reward 0.50 {'x' * 70} | 0:00 elapsed | about 0:00 left")
+
+
+def test_short_phase_leaves_its_outcome_to_the_caller():
+    console, out = file_console()
+    display = Display(console, heartbeat=3600)
+    display.update("evaluation", 0, 16)
+    display.update("evaluation", 16, 16)
+    display.update("evaluation", 16, 16)  # the same end reported twice
+    display.close()
+    assert out.getvalue() == ""
+
+
+def test_heartbeat_while_a_phase_is_stuck():
+    """No report for a while (a long step): a line still comes at least every `heartbeat` seconds."""
+    console, out = file_console()
+    display = Display(console, heartbeat=0.2)
+    display.update("training", 3, 250, "step 4")
+    deadline = time.monotonic() + 10
+    while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    display.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("training 3/250 | step 4 | ") for line in lines)
+
+
+def test_callback_reports_done_and_total():
+    console, out = file_console()
+    display = Display(console, heartbeat=3600, lines_per_phase=2)
+    callback = display.callback("warm start")
+    for step in range(1, 5):
+        callback(step, 4)
+    display.close()
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()] == ["warm start 2/4", "warm start 4/4"]
+
+
+def test_narrow_terminal_shows_counts_and_text_without_ellipsis():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=60, color_system=None)
+    display = Display(console)
+    display.update("training", 12, 250, "reward 0.512 sel 0.613 acc 0.380 train 45s | step 13")
+    display.print("step 12: held-out accuracy 0.380")
+    display.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    words = " ".join(word for word in text.split() if not re.fullmatch(r"\d+:\d\d:\d\d", word))
+    assert "training 12/250 reward 0.512 sel 0.613 acc 0.380 train 45s | step 13" in words  # folded, not cut
+    assert "step 12: held-out accuracy 0.380" in text
+    assert "…" not in text

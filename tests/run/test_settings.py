@@ -1,0 +1,86 @@
+"""Run settings: one schema per section, field tables that follow the installed classes, resume rules."""
+
+import enum
+from typing import Literal, Optional, Union
+
+import pytest
+
+from pods_rl.run.field_types import FIELD_TYPES, current_tables, type_text
+from pods_rl.run.settings import RunSettings, SettingsError, apply_on_resume, flatten, resolve
+
+
+def test_field_tables_match_the_installed_classes():
+    assert current_tables() == FIELD_TYPES, "regenerate with: python -m pods_rl.run.field_types"
+
+
+class Strategy(enum.Enum):
+    STEPS = "steps"
+
+
+@pytest.mark.parametrize(
+    ("annotation", "text"),
+    [
+        (int, "int"),
+        (Optional[float], "float | None"),  # noqa: UP045 (the form transformers uses)
+        (Union[Strategy, str], "str"),  # noqa: UP007
+        (list[str] | None, "list[str] | None"),
+        (dict[str, int] | str | None, "dict | str | None"),
+        (Literal["none", "all"], "Literal['none', 'all']"),
+        (str | None | Literal[False], "str | None | Literal[False]"),
+        (tuple[int, int], "list[int]"),
+        (Strategy | None, "str | None"),
+        (object, "Any"),
+        (int | object, "Any"),
+    ],
+)
+def test_type_text(annotation, text):
+    assert type_text(annotation) == text
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "accepted"),
+    [
+        ({"trainer": {"learning_rate": 1}}, 1, True),  # an int is a valid float
+        ({"trainer": {"learning_rate": "fast"}}, "fast", False),
+        ({"trainer": {"report_to": ["tensorboard"]}}, None, True),
+        ({"trainer": {"report_to": [1]}}, None, False),
+        ({"trainer": {"trackio_static_space_id": False}}, None, True),
+        ({"trainer": {"trackio_static_space_id": True}}, None, False),
+        ({"lora": {"bias": "all"}}, None, True),
+        ({"lora": {"bias": "some"}}, None, False),
+        ({"eval": {"every_steps": None, "every_seconds": 30}}, None, True),
+        ({"eval": {"sampled_k": True}}, None, False),  # strict: a bool is not a count
+    ],
+)
+def test_sections_are_checked_against_their_types(section, value, accepted):
+    if accepted:
+        RunSettings.from_dict(section)
+    else:
+        with pytest.raises(SettingsError):
+            RunSettings.from_dict(section)
+
+
+def test_user_settings_are_checked_before_the_defaults_are_built():
+    """The defaults of a model and task may import heavy modules: a bad user setting fails before that."""
+
+    def defaults(model, task):
+        raise AssertionError("defaults built before the user's settings were checked")
+
+    with pytest.raises(SettingsError, match="seed: input should be a valid integer"):
+        resolve(defaults, None, [{"seed": "abc"}])
+
+
+def test_resume_changes_only_what_may_change():
+    saved = RunSettings.from_dict({"trainer": {"max_steps": 10, "learning_rate": 1e-4}, "eval": {"every_steps": 5}})
+    updated, changes = apply_on_resume(
+        saved, [{"trainer": {"max_steps": 20}}, {"time_budget": 60.0}], where="--resume run"
+    )
+    assert updated.trainer == {"max_steps": 20, "learning_rate": 1e-4} and updated.time_budget == 60.0
+    assert changes == {"time_budget": (None, 60.0), "trainer.max_steps": (10, 20)}
+    assert apply_on_resume(saved, [{"trainer": {"max_steps": 10}}], where="r")[1] == {}  # the same value: no change
+    with pytest.raises(SettingsError, match=r"--resume cannot change lora\.r, task: a resumed run keeps"):
+        apply_on_resume(saved, [{"task": "gsm8k"}, {"lora": {"r": 8}}], where="r")
+
+
+def test_flatten():
+    assert flatten({"a": 1, "b": {"c": 2, "d": {}}, "e": None}) == {"a": 1, "b.c": 2, "e": None}

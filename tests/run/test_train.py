@@ -89,9 +89,10 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
     assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[2]
     assert any(line.startswith("step 1 took ") and "min of training left at this pace" in line for line in lines)
     progress = [line for line in lines if line.startswith("training ")]
-    assert [line.split()[1] for line in progress] == ["1/4", "2/4", "3/4", "4/4"]
+    counts = [line.split()[1] for line in progress]  # a slow step may repeat its line (the 30 s heartbeat)
+    assert list(dict.fromkeys(counts)) == ["1/4", "2/4", "3/4", "4/4"] and counts == sorted(counts)
     assert sum(line.startswith("step ") and "held-out accuracy" in line for line in lines) == 3
-    assert len(lines) < 25
+    assert len(lines) - len(progress) < 25
     log = (out / "train.log").read_text()
     assert "INFO transformers" in log
 

@@ -146,6 +146,7 @@ def warm_start(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, reci
     from trl import SFTConfig, SFTTrainer
 
     from pods_rl.tasks.arithmetic import load_arithmetic, sft_dataset
+    from pods_rl.trainer.config import CHECKPOINTING_FIELD
 
     task = load_arithmetic(seed=recipe.seed, **recipe.task_options)
     train = sft_dataset(task.train, flawed_fraction=recipe.flawed_fraction, seed=recipe.seed)
@@ -159,7 +160,7 @@ def warm_start(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, reci
         weight_decay=0.0,
         seed=recipe.seed,
         bf16=False,
-        activation_checkpointing=False,
+        **{CHECKPOINTING_FIELD: False},
         use_cpu=True,
         save_strategy="no",
         report_to=[],

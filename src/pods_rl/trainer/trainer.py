@@ -37,6 +37,7 @@ from trl.trainer.utils import RepeatSampler, is_async_callable
 
 from pods_rl.core import group_advantages, select_rollouts
 from pods_rl.trainer.config import PODSConfig
+from pods_rl.trainer.vllm import pool_sized_vllm
 
 PHASES = ("generate", "score", "select", "update")
 # A checkpoint is written under `<output_dir>/.tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
@@ -61,7 +62,8 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
-        super().__init__(model, reward_funcs, args, **kwargs)
+        with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
+            super().__init__(model, reward_funcs, args, **kwargs)
         self.pool_size = args.num_generations
         self.num_selected = args.num_selected
         # Same seed on every process: the random rule must pick the same rollouts everywhere.

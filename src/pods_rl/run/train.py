@@ -127,7 +127,7 @@ def train(
     from pods_rl.models import load_model
     from pods_rl.trainer import PODSTrainer
 
-    model, tokenizer = load_model(settings.model)
+    model, tokenizer = load_model(settings.model, vllm=args.use_vllm)
     if args.reward_weights is None:
         args.reward_weights = task.reward_weights
     eval_set = (

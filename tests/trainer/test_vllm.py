@@ -163,3 +163,18 @@ def _vllm_logps(trainer, batch: dict) -> torch.Tensor:
             [position[token].logprob for position, token in zip(scored, completion, strict=True)]
         )
     return logps
+
+
+def test_sleep_mode_on_a_cpu_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    import pods_rl.trainer.trainer
+
+    monkeypatch.setattr(pods_rl.trainer.trainer.GRPOTrainer, "__init__", _must_not_run)
+    args = PODSConfig(
+        **fast_args(output_dir=str(tmp_path), num_generations=4, use_vllm=True, vllm_enable_sleep_mode=True)
+    )
+    with pytest.raises(ValueError, match="vLLM's CPU engine has no sleep mode"):
+        PODSTrainer(model="unused", reward_funcs=vowel_reward, args=args)
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("GRPOTrainer.__init__ ran (and loaded the model) before the settings were checked")

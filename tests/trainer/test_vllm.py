@@ -17,8 +17,10 @@ from pods_rl import PODSConfig, PODSTrainer
 
 N, M, PROMPTS = 8, 2, 2
 CLIP = 1e6  # so that the importance ratio is the raw exp(policy - vLLM)
-# vLLM's CPU engine runs the fp32 checkpoint in bf16: log-probs agree with the fp32 policy to a few percent.
+# vLLM's CPU engine runs the fp32 checkpoint in bf16. Its own log-probs of a row (sampled vs re-scored) agree to a
+# few percent; against the fp32 policy, single tokens can be 0.2 off, and the mean gap over a completion stays < 0.1.
 BF16 = {"atol": 0.05, "rtol": 0.05}
+BF16_GAP = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def trainer(tmp_path_factory):
             num_selected=M,
             per_device_train_batch_size=PROMPTS * M,
             max_steps=1,
-            learning_rate=3e-2,
+            learning_rate=5e-3,  # moves the log-probs by about 1: well past bf16's error, not off the scale
             use_vllm=True,
             vllm_mode="colocate",
             vllm_max_model_length=32,
@@ -71,14 +73,18 @@ def test_trl_contract():
     assert "self.vllm_generation = VLLMGeneration(" in init
     assert "max_num_seqs=args.per_device_train_batch_size" in init
     assert "driver_worker.model_runner.model.load_weights" in inspect.getsource(VLLMGeneration.sync_weights)
+    engine_start = inspect.getsource(VLLMGeneration._init_vllm)
+    assert "self.llm = LLM(" in engine_start and "enforce_eager" not in engine_start
     assert "if self.state.global_step != self._last_loaded_step:" in inspect.getsource(
         GRPOTrainer._generate_single_turn
     )
 
 
-def test_engine_batch_is_the_pool(trainer):
+def test_engine_batch_is_the_pool_and_eager(trainer):
+    config = trainer.vllm_generation.llm.llm_engine.vllm_config
     # TRL would size it to the trained rows (PROMPTS * M = 4): the pool would be decoded in n/m = 4 waves.
-    assert trainer.vllm_generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == PROMPTS * N
+    assert config.scheduler_config.max_num_seqs == PROMPTS * N
+    assert config.model_config.enforce_eager  # on a CPU: no inductor compile inside the first training step
 
 
 def test_trained_rows_carry_their_own_vllm_logprobs(trainer):
@@ -111,22 +117,27 @@ def test_weights_reach_vllm_after_each_update(trainer):
     fixed = _fixed_completion(trainer, probe)
     before_vllm = _vllm_logps(trainer, fixed)
     before_policy = _policy_logps(trainer.model, fixed)
-    torch.testing.assert_close(before_vllm, before_policy, **BF16)
+    assert _gap(before_vllm, before_policy) < BF16_GAP
 
     trainer.train()  # one optimizer step
     after_policy = _policy_logps(trainer.model, fixed)
-    assert not torch.allclose(before_vllm, after_policy, **BF16)  # so stale weights would fail the last check
+    stale = _gap(before_vllm, after_policy)
+    assert stale > 4 * BF16_GAP  # the update moved the policy well past bf16's error
     trainer._generate([row["prompt"] for row in probe])  # the next generation syncs the weights first
-    after_vllm = _vllm_logps(trainer, fixed)
-    torch.testing.assert_close(after_vllm, after_policy, **BF16)
-    stale_error = (before_vllm - after_policy).abs().max()
-    assert (after_vllm - after_policy).abs().max() < stale_error / 5
+    assert _gap(_vllm_logps(trainer, fixed), after_policy) < BF16_GAP
 
 
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean absolute difference of two rows of per-token log-probs."""
+    return (a - b).abs().mean().item()
+
+
+@torch.no_grad()
 def _fixed_completion(trainer, rows) -> dict:
-    tokenizer = trainer.processing_class
-    prompt = torch.tensor([tokenizer(rows[0]["prompt"])["input_ids"]])
-    completion = torch.tensor([tokenizer("aeiou xyz")["input_ids"]])
+    """The policy's greedy completion: likely tokens, whose log-probs bf16 rounds least."""
+    prompt = torch.tensor([trainer.processing_class(rows[0]["prompt"])["input_ids"]])
+    generated = trainer.model.generate(prompt, do_sample=False, max_new_tokens=8, min_new_tokens=8)
+    completion = generated[:, prompt.shape[1] :]
     return {
         "prompt_ids": prompt,
         "prompt_mask": torch.ones_like(prompt),

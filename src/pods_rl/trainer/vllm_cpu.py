@@ -20,8 +20,9 @@ to torch's current thread count.
 3. Memory. On a CPU, `vllm_gpu_memory_utilization` is the fraction of *host* memory vLLM reserves, and it refuses
 to start when that much is not free. Fix: VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, which skips that check)
 defaults to 1, plenty for RL batches; set it to override.
+(`pods_rl.trainer.vllm` also makes the CPU engine eager: its inductor compile would run inside the first step.)
 
-`tests/trainer/test_vllm.py::test_cpu_compat_contract` fails loudly if vLLM moves these internals.
+`tests/trainer/test_vllm_cpu.py::test_cpu_contract` fails loudly if vLLM moves these internals.
 """
 
 from __future__ import annotations

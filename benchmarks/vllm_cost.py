@@ -26,7 +26,7 @@ from transformers import TrainerCallback
 # model: (n, m, prompts per step, completion tokens, steps, task options)
 SETUPS = {
     "tiny": (16, 4, 16, 32, 8, None),
-    "smollm2-135m": (8, 2, 2, 64, 5, {"operands": [2], "digits": 1, "operators": "+", "num_test": 50}),
+    "smollm2-135m": (8, 2, 2, 64, 5, {"operands": [2], "digits": 1, "operators": "+", "num_train": 50, "num_test": 50}),
 }
 BACKENDS = ("hf", "vllm")
 
@@ -119,7 +119,9 @@ def main() -> None:
             command = [sys.executable, __file__, "--model", model, "--backend", backend]
             if args.steps:
                 command += ["--steps", str(args.steps)]
-            result = subprocess.run(command, capture_output=True, text=True, check=True)
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode:
+                sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
             rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), file=sys.stderr)
     table = Table(title="PODS step costs: HF generate vs vLLM (medians of the steps after the first)")

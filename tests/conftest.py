@@ -1,6 +1,14 @@
 import dataclasses
+import importlib.util
 
 import pytest
+
+# The vLLM tests need vLLM, which the default environment does not hold: `make test` runs them in `make vllm`'s.
+VLLM_TESTS = ("test_vllm.py", "test_vllm_cpu.py")
+
+
+def pytest_ignore_collect(collection_path, config):
+    return collection_path.name in VLLM_TESTS and importlib.util.find_spec("vllm") is None
 
 
 @pytest.fixture(scope="session")

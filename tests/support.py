@@ -101,10 +101,12 @@ def make_trainer(
 
 def fast_args(**overrides) -> dict:
     """Settings that make a TRL GRPO step take well under a second on a CPU."""
+    from pods_rl.trainer.config import CHECKPOINTING_FIELD
+
     settings = dict(
         output_dir=overrides.pop("output_dir"),
         bf16=False,
-        activation_checkpointing=False,
+        **{CHECKPOINTING_FIELD: False},
         max_completion_length=8,
         per_device_train_batch_size=4,
         learning_rate=1e-3,

@@ -39,6 +39,7 @@ def _cli_overrides(**options: Any) -> list[dict[str, Any]]:
         "learning_rate": ("trainer", "learning_rate"),
         "max_steps": ("trainer", "max_steps"),
         "eval_every": ("eval", "every_steps"),
+        "vllm": ("trainer", "use_vllm"),
     }
     overrides = []
     for name, path in places.items():
@@ -78,6 +79,13 @@ def train(
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every this many steps.")] = None,
     lora_r: Annotated[int | None, typer.Option(help="Train a LoRA adapter of this rank (alpha = 2r).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the data order, sampling and selection.")] = None,
+    vllm: Annotated[
+        bool | None,
+        typer.Option(
+            "--vllm/--no-vllm",
+            help="Generate with vLLM in this process (trainer.use_vllm; needs `make vllm`'s environment).",
+        ),
+    ] = None,
     set: Annotated[
         list[str] | None,
         typer.Option(
@@ -113,6 +121,7 @@ def train(
             max_steps=max_steps,
             eval_every=eval_every,
             lora_r=lora_r,
+            vllm=vllm,
             set=set,
         )
         if resume is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pods_rl.run.settings import merge
+from pods_rl.trainer.config import CHECKPOINTING_FIELD
 
 GENERIC: dict[str, Any] = {
     "model": "tiny",
@@ -29,7 +30,7 @@ GENERIC: dict[str, Any] = {
         "max_steps": 1000,
         "save_strategy": "steps",
         "save_steps": 50,
-        "activation_checkpointing": False,
+        CHECKPOINTING_FIELD: False,
     },
     "eval": {"every_steps": 50},
 }

@@ -56,3 +56,20 @@ def test_build_warm_start_and_reload_from_cache(tmp_path: Path, monkeypatch) -> 
 
 def test_list_models() -> None:
     assert {"tiny", "smollm2-135m"} <= set(list_models())
+
+
+def test_vllm_variant_has_heads_vllm_cpu_accepts(monkeypatch) -> None:
+    import dataclasses
+
+    import pods_rl.models
+    from pods_rl.models.tiny import VLLM_RECIPE
+
+    default = TinyRecipe()
+    assert default.hidden_size // default.num_heads < 32  # why the variant exists
+    assert VLLM_RECIPE.hidden_size // VLLM_RECIPE.num_heads >= 32
+    assert dataclasses.replace(VLLM_RECIPE, num_heads=default.num_heads) == default  # nothing else differs
+    built = []
+    monkeypatch.setattr(pods_rl.models, "build_tiny", lambda recipe=None, cache_dir=None: built.append(recipe))
+    pods_rl.models.model_path("tiny")
+    pods_rl.models.model_path("tiny", vllm=True)
+    assert built == [None, VLLM_RECIPE]

@@ -5,6 +5,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import pods_rl.trainer.config
 from pods_rl.cli import app
 from pods_rl.run.compare import (
     band,
@@ -237,8 +238,11 @@ def test_unknown_arm_is_rejected():
         resolve_compare(None, [], only=["nope"])
 
 
-@pytest.mark.parametrize("name", ["compare-tiny.yaml", "compare-smollm2.yaml", "compare-smollm2-cpu.yaml"])
-def test_shipped_compare_configs_resolve(name):
+@pytest.mark.parametrize(
+    "name", ["compare-tiny.yaml", "compare-smollm2.yaml", "compare-smollm2-cpu.yaml", "compare-smollm2-vllm.yaml"]
+)
+def test_shipped_compare_configs_resolve(name, monkeypatch):
+    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: True)  # the vLLM config's environment
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0
     assert settings.base["eval"]["every_seconds"] > 0

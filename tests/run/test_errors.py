@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 import pods_rl.defaults
 import pods_rl.models
 import pods_rl.tasks
-from pods_rl.cli import app
+import pods_rl.trainer.config
+from pods_rl.cli import _cli_overrides, app
 from pods_rl.trainer.trainer import RewardError
 
 runner = CliRunner()
@@ -346,3 +347,16 @@ def test_empty_and_truncated_completions_are_scored(tmp_path, case):
     else:
         eos, limit = tokenizer.eos_token_id, trainer.args.max_completion_length
         assert all(len(ids) == limit and eos not in ids for _, ids in seen)
+
+
+def test_vllm_flag_sets_use_vllm():
+    assert _cli_overrides(vllm=True) == [{"trainer": {"use_vllm": True}}]
+    assert _cli_overrides(vllm=False) == [{"trainer": {"use_vllm": False}}]
+    assert _cli_overrides(vllm=None) == []
+
+
+def test_vllm_without_vllm_installed_fails_before_the_model_loads(no_model_loading, monkeypatch, tmp_path):
+    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: False)
+    result = runner.invoke(app, ["train", "--vllm", "--output-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "use_vllm=True needs vLLM" in result.output and "make vllm" in result.output

@@ -84,6 +84,11 @@ class TinyRecipe:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+# vLLM's CPU attention needs head_dim >= 32, and the default has 4 heads of 16 (its documented run was measured so):
+# runs that generate with vLLM build this variant, 2 heads of 32, otherwise the same recipe.
+VLLM_RECIPE = dataclasses.replace(TinyRecipe(), num_heads=2)
+
+
 def cache_root() -> Path:
     """Where built models live: $PODS_RL_CACHE, else ~/.cache/pods-rl."""
     return Path(os.environ.get("PODS_RL_CACHE", Path.home() / ".cache" / "pods-rl"))
@@ -167,6 +172,7 @@ def warm_start(
     from trl import SFTConfig, SFTTrainer
 
     from pods_rl.tasks.arithmetic import load_arithmetic, sft_dataset
+    from pods_rl.trainer.config import CHECKPOINTING_FIELD
 
     task = load_arithmetic(seed=recipe.seed, **recipe.task_options)
     train = sft_dataset(task.train, flawed_fraction=recipe.flawed_fraction, seed=recipe.seed)
@@ -180,7 +186,7 @@ def warm_start(
         weight_decay=0.0,
         seed=recipe.seed,
         bf16=False,
-        activation_checkpointing=False,
+        **{CHECKPOINTING_FIELD: False},
         use_cpu=True,
         save_strategy="no",
         report_to=[],

@@ -73,13 +73,15 @@ def load_run_task(settings: RunSettings):
         ) from None
 
 
-def load_run_model(name: str, display: Display):
-    """The run's model and tokenizer; a built-in model's first build reports to `display`."""
+def load_run_model(name: str, display: Display, *, vllm: bool = False):
+    """The run's model and tokenizer; a built-in model's first build reports to `display`.
+
+    `vllm`: the run generates with vLLM (a built-in model is then built in the shape its CPU attention accepts)."""
     from pods_rl.models import load_model
 
     label = {"tiny": "warm start of tiny (once)", "smollm2-135m": "converting smollm2-135m (once)"}.get(name, name)
     try:
-        return load_model(name, progress=display.callback(label))
+        return load_model(name, progress=display.callback(label), vllm=vllm)
     except OSError as error:
         raise SettingsError(
             f"Model {name!r} could not be loaded: {_first_line(error)} (offline? use a local folder or a "
@@ -167,7 +169,7 @@ def _train(
     from pods_rl.evaluation import evaluate
     from pods_rl.trainer import PODSTrainer
 
-    model, tokenizer = load_run_model(settings.model, display)
+    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
     logs.route_libraries()
     # Every check passed: only now is the output folder touched.
     checkpoint = last_checkpoint(output_dir) if resume else None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib.util
+from dataclasses import dataclass, field, fields
 
+from transformers import TrainingArguments
 from trl import GRPOConfig
 
 from pods_rl.core.selection import RULES as SELECTION_RULES
@@ -11,6 +13,17 @@ from pods_rl.core.selection import RULES as SELECTION_RULES
 ADVANTAGE_STATS = ("selected", "pool")
 SELECTION_BUDGETS = ("per_prompt", "batch")
 TIE_BREAKS = ("index", "shortest")
+# transformers 5.2x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name warns there); vLLM
+# 0.31 needs transformers < 5.18, which knows only the old name. Code that sets it uses this name.
+CHECKPOINTING_FIELD = (
+    "activation_checkpointing"
+    if "activation_checkpointing" in {f.name for f in fields(TrainingArguments)}
+    else "gradient_checkpointing"
+)
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
 
 
 @dataclass
@@ -109,6 +122,11 @@ class PODSConfig(GRPOConfig):
                     f"{name}={getattr(self, name)!r} needs selection_rule='max_variance' (it optimises the selected "
                     f"variance), got selection_rule={self.selection_rule!r}."
                 )
+        if self.use_vllm and not vllm_installed():
+            raise ValueError(
+                "use_vllm=True needs vLLM, which this environment lacks: `make vllm` builds one that has it "
+                "(.venv-vllm; see the README)."
+            )
         if self.advantage_stats not in ADVANTAGE_STATS:
             raise ValueError(f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}.")
         # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows. Evaluation

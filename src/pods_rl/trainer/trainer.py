@@ -42,6 +42,7 @@ from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
+from pods_rl.trainer.vllm import pool_sized_vllm
 
 PHASES = ("generate", "score", "select", "update")
 # A checkpoint is written under `<output_dir>/_tmp-checkpoint-N/` and renamed to `<output_dir>/checkpoint-N` when
@@ -68,7 +69,8 @@ class PODSTrainer(GRPOTrainer):
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
         _environment_placeholder(args, kwargs)
-        super().__init__(model, reward_funcs, args, **kwargs)
+        with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
+            super().__init__(model, reward_funcs, args, **kwargs)
         self.pool_size = args.num_generations
         self.num_selected = args.num_selected
         # Same seed on every process: the random rule must pick the same rollouts everywhere.

@@ -45,7 +45,7 @@ def measure(model: str, backend: str, steps: int | None) -> dict:
     from pods_rl.models import model_path
     from pods_rl.models.tiny import TINY_TASK_OPTIONS
     from pods_rl.tasks import load_task
-    from pods_rl.trainer.config import CHECKPOINTING_FIELD
+    from pods_rl.versions import CHECKPOINTING_FIELD
 
     n, m, prompts, tokens, default_steps, options = SETUPS[model]
     steps = steps or default_steps

@@ -101,7 +101,7 @@ def make_trainer(
 
 def fast_args(**overrides) -> dict:
     """Settings that make a TRL GRPO step take well under a second on a CPU."""
-    from pods_rl.trainer.config import CHECKPOINTING_FIELD
+    from pods_rl.versions import CHECKPOINTING_FIELD
 
     settings = dict(
         output_dir=overrides.pop("output_dir"),

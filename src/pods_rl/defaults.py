@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pods_rl.run.settings import merge
-from pods_rl.trainer.config import CHECKPOINTING_FIELD
+from pods_rl.versions import CHECKPOINTING_FIELD
 
 GENERIC: dict[str, Any] = {
     "model": "tiny",

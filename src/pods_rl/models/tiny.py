@@ -172,7 +172,7 @@ def warm_start(
     from trl import SFTConfig, SFTTrainer
 
     from pods_rl.tasks.arithmetic import load_arithmetic, sft_dataset
-    from pods_rl.trainer.config import CHECKPOINTING_FIELD
+    from pods_rl.versions import CHECKPOINTING_FIELD
 
     task = load_arithmetic(seed=recipe.seed, **recipe.task_options)
     train = sft_dataset(task.train, flawed_fraction=recipe.flawed_fraction, seed=recipe.seed)

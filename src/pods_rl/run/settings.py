@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from pods_rl.run.field_types import FIELD_TYPES
 
@@ -87,6 +87,16 @@ class RunSettings(BaseModel):
     def _data_files_exist(cls, value: dict[str, Any]) -> dict[str, Any]:
         check_data_files(value.get("data_files"))
         return value
+
+    @model_validator(mode="after")
+    def _pool_sizes(self) -> RunSettings:
+        """PODSConfig's rule 2 <= m <= n, checked here too so that it fails before TRL is imported (seconds)."""
+        n, m = self.trainer.get("num_generations"), self.trainer.get("num_selected")
+        if isinstance(n, int) and n < 2:
+            raise ValueError(f"trainer.num_generations (the pool size n) must be >= 2, got {n}")
+        if isinstance(n, int) and isinstance(m, int) and not 2 <= m <= n:
+            raise ValueError(f"trainer.num_selected (m) must satisfy 2 <= m <= num_generations (n={n}), got {m}")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from transformers import TrainingArguments
 from trl import GRPOConfig
 
 from pods_rl.core.selection import RULES as SELECTION_RULES
@@ -13,13 +12,6 @@ from pods_rl.core.selection import RULES as SELECTION_RULES
 ADVANTAGE_STATS = ("selected", "pool")
 SELECTION_BUDGETS = ("per_prompt", "batch")
 TIE_BREAKS = ("index", "shortest")
-# transformers 5.2x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name warns there); vLLM
-# 0.31 needs transformers < 5.18, which knows only the old name. Code that sets it uses this name.
-CHECKPOINTING_FIELD = (
-    "activation_checkpointing"
-    if "activation_checkpointing" in {f.name for f in fields(TrainingArguments)}
-    else "gradient_checkpointing"
-)
 
 
 def vllm_installed() -> bool:

@@ -69,7 +69,9 @@ def test_vllm_variant_has_heads_vllm_cpu_accepts(monkeypatch) -> None:
     assert VLLM_RECIPE.hidden_size // VLLM_RECIPE.num_heads >= 32
     assert dataclasses.replace(VLLM_RECIPE, num_heads=default.num_heads) == default  # nothing else differs
     built = []
-    monkeypatch.setattr(pods_rl.models, "build_tiny", lambda recipe=None, cache_dir=None: built.append(recipe))
+    monkeypatch.setattr(
+        pods_rl.models, "build_tiny", lambda recipe=None, cache_dir=None, progress=None: built.append(recipe)
+    )
     pods_rl.models.model_path("tiny")
     pods_rl.models.model_path("tiny", vllm=True)
     assert built == [None, VLLM_RECIPE]

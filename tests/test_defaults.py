@@ -25,7 +25,7 @@ def test_smollm2_on_a_cpu_gets_its_preset(machine):
     assert (trainer["num_generations"], trainer["num_selected"], trainer["per_device_train_batch_size"]) == (8, 2, 4)
     assert (trainer["max_completion_length"], trainer["learning_rate"], trainer["max_steps"]) == (64, 2e-5, 50)
     assert trainer["beta"] == GENERIC["trainer"]["beta"]  # what the preset does not size stays generic
-    assert settings["eval"] == {"every_steps": 10, "batch_size": 50}
+    assert settings["eval"] == {"every_steps": 25, "batch_size": 50}
     RunSettings.from_dict(settings)  # a valid run
 
 

@@ -66,7 +66,7 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
         "save_steps": 25,
         "save_total_limit": 1,
     },
-    "eval": {"every_steps": 10, "batch_size": 50},  # by steps, so that `--eval-every` alone replaces it
+    "eval": {"every_steps": 25, "batch_size": 50},  # by steps, so that `--eval-every` alone replaces it
 }
 
 SMOLLM2_CPU_NOTE = "the CPU preset of smollm2-135m on arithmetic (no accelerator found); your settings override it"

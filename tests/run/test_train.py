@@ -155,6 +155,6 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu):
         "defaults: the CPU preset of smollm2-135m on arithmetic (no accelerator found); your settings override it",
         "per step: 2 prompts x n=8 = 16 rollouts of up to 64 tokens generated, m=2 per prompt = 4 rows trained; "
         "learning rate 2e-05",
-        "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 10 steps",
+        "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
     ]
     assert not out.exists()

@@ -132,3 +132,29 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
     ]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu):
+    """`pods train --model smollm2-135m` on a CPU plans the CPU preset and says so; on a GPU, the generic sizes."""
+    import pods_rl.defaults
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    if gpu:
+        assert not any(line.startswith("defaults:") for line in lines)
+        assert "4 prompts x n=16 = 64 rollouts of up to 512 tokens" in lines[1]
+        return
+    assert lines == [
+        f"run: smollm2-135m on arithmetic, PODS (max_variance), seed 0 -> {out}",
+        "defaults: the CPU preset of smollm2-135m on arithmetic (no accelerator found); your settings override it",
+        "per step: 2 prompts x n=8 = 16 rollouts of up to 64 tokens generated, m=2 per prompt = 4 rows trained; "
+        "learning rate 2e-05",
+        "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
+    ]
+    assert not out.exists()

@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for
 from pods_rl.run.display import Display
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.logs import RunLogs
@@ -104,12 +105,15 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         else (f"every {settings.eval.every_steps} steps" if settings.eval.every_steps else "at the start and end")
     )
     sampled = f", sampled pass@1 over {settings.eval.sampled_k} samples" if settings.eval.sampled_k else ""
-    return [
+    lines = [
         f"run: {settings.model} on {settings.task}, {rule}, seed {settings.seed} -> {output_dir}",
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
     ]
+    if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
+        lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")
+    return lines
 
 
 def train(

@@ -1,0 +1,63 @@
+"""Default settings: the generic ones, and the presets that apply only to their model, task and machine."""
+
+import pytest
+
+import pods_rl.defaults
+from pods_rl.defaults import GENERIC, SMOLLM2_CPU_ARITHMETIC, default_run_settings
+from pods_rl.run.settings import RunSettings, resolve
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Set whether this machine has an accelerator: `machine(gpu=True)`."""
+
+    def choose(*, gpu: bool) -> None:
+        monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
+
+    return choose
+
+
+def test_smollm2_on_a_cpu_gets_its_preset(machine):
+    machine(gpu=False)
+    settings = default_run_settings("smollm2-135m", "arithmetic")
+    assert settings["task_options"] == {"operands": [2], "digits": 1, "operators": "+", "num_train": 50, "num_test": 50}
+    trainer = settings["trainer"]
+    assert (trainer["num_generations"], trainer["num_selected"], trainer["per_device_train_batch_size"]) == (8, 2, 4)
+    assert (trainer["max_completion_length"], trainer["learning_rate"], trainer["max_steps"]) == (64, 2e-5, 50)
+    assert trainer["beta"] == GENERIC["trainer"]["beta"]  # what the preset does not size stays generic
+    assert settings["eval"] == {"every_steps": 25, "batch_size": 50}
+    RunSettings.from_dict(settings)  # a valid run
+
+
+@pytest.mark.parametrize(
+    ("model", "task", "gpu"),
+    [
+        ("smollm2-135m", "arithmetic", True),  # a GPU keeps the paper's sizes
+        ("smollm2-135m", "gsm8k", False),  # the preset's task options and lengths are arithmetic's
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "arithmetic", False),  # only the built-in name
+    ],
+)
+def test_the_smollm2_preset_applies_nowhere_else(machine, model, task, gpu):
+    machine(gpu=gpu)
+    assert default_run_settings(model, task) == {**GENERIC, "model": model, "task": task}
+
+
+def test_the_tiny_preset_does_not_depend_on_the_machine(machine):
+    machine(gpu=False)
+    on_cpu = default_run_settings("tiny", "arithmetic")
+    machine(gpu=True)
+    assert default_run_settings("tiny", "arithmetic") == on_cpu
+    assert on_cpu["trainer"]["max_completion_length"] == 32 and on_cpu["task_options"]["operands"] == [3]
+
+
+def test_user_settings_override_the_preset_key_by_key(machine, tmp_path):
+    machine(gpu=False)
+    config = tmp_path / "run.yaml"
+    config.write_text("trainer:\n  learning_rate: 1.0e-4\ntask_options:\n  num_test: 20\n")
+    overrides = [{"model": "smollm2-135m"}, {"trainer": {"num_generations": 4}}, {"eval": {"every_steps": 3}}]
+    settings = resolve(default_run_settings, config, overrides)
+    assert settings.trainer["learning_rate"] == 1e-4 and settings.trainer["num_generations"] == 4
+    assert settings.task_options["num_test"] == 20 and settings.eval.every_steps == 3
+    # the rest of the preset stays
+    assert settings.trainer["max_completion_length"] == SMOLLM2_CPU_ARITHMETIC["trainer"]["max_completion_length"]
+    assert settings.task_options["operands"] == [2] and settings.trainer["num_selected"] == 2

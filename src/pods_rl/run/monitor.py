@@ -112,7 +112,7 @@ class RunMonitor(TrainerCallback, ExportableState):
             self.display.update(
                 "training",
                 state.global_step,
-                state.max_steps,
+                self.expected_steps(state.global_step, state.max_steps),
                 f"{self._progress_text()} | step {state.global_step + 1}",
             )
 
@@ -201,7 +201,16 @@ class RunMonitor(TrainerCallback, ExportableState):
     def _update_progress(self, state) -> None:
         if not self._showing:
             return
-        self.display.update("training", state.global_step, state.max_steps, self._progress_text())
+        total = self.expected_steps(state.global_step, state.max_steps)
+        self.display.update("training", state.global_step, total, self._progress_text())
+
+    def expected_steps(self, step: int, max_steps: int) -> int:
+        """The step the run will stop at: `max_steps`, or sooner when the time budget runs out first at the pace so
+        far, so that the progress display's count and time left tell the truth under `--time-budget`."""
+        if self.time_budget is None or step == 0 or self.train_seconds <= 0:
+            return max_steps
+        left = max(self.time_budget - self.train_seconds, 0.0)
+        return min(max_steps, step + math.ceil(left / (self.train_seconds / step)))
 
     def _progress_text(self) -> str:
         accuracy = self.evaluations[-1]["accuracy"] if self.evaluations else math.nan

@@ -175,16 +175,18 @@ def _train(
 
     model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
     logs.route_libraries()
-    # Every check passed: only now is the output folder touched.
+    # Every check passed: only now is the output folder touched, by the main process alone while the others wait
+    # (two processes replacing the folder or renaming the same temporary file into place would race).
     checkpoint = last_checkpoint(output_dir) if resume else None
-    if resume:
-        remove_staging(output_dir)
-        _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
-        if changes:
-            _record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
-    else:
-        replace_output_dir(output_dir, replace=replace)
-        _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
+    with args.main_process_first(local=False, desc="preparing the output folder"):
+        if args.process_index == 0 and resume:
+            remove_staging(output_dir)
+            _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+            if changes:
+                _record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
+        elif args.process_index == 0:
+            replace_output_dir(output_dir, replace=replace)
+            _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
     rank = int(os.environ.get("RANK", "0"))
     logs.write_to(output_dir / (LOG_FILE if rank == 0 else f"train-rank{rank}.log"))
     if args.reward_weights is None:

@@ -7,11 +7,17 @@ share vary, so the rows of uninformative groups go to groups that gain more from
 
 from __future__ import annotations
 
-import operator
-
 import torch
 
-from pods_rl.core.selection import _TIE_RTOL, _best_subsets, _check, _check_lengths, _rank, _split_scores
+from pods_rl.core.selection import (
+    _TIE_RTOL,
+    _as_integer,
+    _best_subsets,
+    _check,
+    _check_lengths,
+    _rank,
+    _split_scores,
+)
 
 
 def select_batch(
@@ -115,12 +121,7 @@ def _windows(state: torch.Tensor, sizes: int, fill: float) -> torch.Tensor:
 
 
 def _check_budget(budget: int) -> int:
-    if isinstance(budget, bool):
-        raise ValueError(f"budget must be an integer, got {budget!r}")
-    try:
-        budget = operator.index(budget)
-    except TypeError:
-        raise ValueError(f"budget must be an integer, got {budget!r}") from None
+    budget = _as_integer("budget", budget)
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     return budget

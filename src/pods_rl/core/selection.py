@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -249,15 +249,20 @@ def _check(rewards: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Ten
     return rewards, valid
 
 
+def _as_integer(name: str, value: Any) -> int:
+    """`value` as an int; bools and floats are refused (True would silently mean 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
 def _check_size(m: int, rewards: torch.Tensor, valid: torch.Tensor | None) -> int:
     """m as an int in 1..n, with at least m valid rollouts in every group."""
     n = rewards.shape[1]
-    if isinstance(m, bool):
-        raise ValueError(f"m must be an integer, got {m!r}")
-    try:
-        m = operator.index(m)
-    except TypeError:
-        raise ValueError(f"m must be an integer, got {m!r}") from None
+    m = _as_integer("m", m)
     if not 1 <= m <= n:
         raise ValueError(f"m must be in 1..n = 1..{n}, got {m!r}")
     if valid is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pods_rl.run.settings import merge
+from pods_rl.run.settings import accelerator_available, merge
 from pods_rl.versions import CHECKPOINTING_FIELD
 
 GENERIC: dict[str, Any] = {
@@ -70,13 +70,6 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
 }
 
 SMOLLM2_CPU_NOTE = "the CPU preset of smollm2-135m on arithmetic (no accelerator found); your settings override it"
-
-
-def accelerator_available() -> bool:
-    """Whether torch sees a GPU (or another accelerator); imported late, as the CLI's fast path avoids torch."""
-    import torch
-
-    return torch.accelerator.is_available()
 
 
 def preset_for(model: str, task: str) -> str | None:

@@ -125,6 +125,13 @@ class RunSettings(BaseModel):
             raise SettingsError(f"Invalid trainer settings: {error}") from error
 
 
+def accelerator_available() -> bool:
+    """Whether torch sees a GPU (or another accelerator); imported late, as the CLI's fast path avoids torch."""
+    import torch
+
+    return torch.accelerator.is_available()
+
+
 def _device_defaults() -> dict[str, bool]:
     """Run on the accelerator when there is one, else on the CPU (where TRL's default bf16 fails).
 
@@ -133,7 +140,7 @@ def _device_defaults() -> dict[str, bool]:
     """
     import torch
 
-    has_accelerator = torch.accelerator.is_available()
+    has_accelerator = accelerator_available()
     bf16 = has_accelerator and (not torch.cuda.is_available() or torch.cuda.is_bf16_supported())
     return {"use_cpu": not has_accelerator, "bf16": bf16}
 

@@ -9,30 +9,27 @@ generating n = 4m per prompt. GRPO is PODSTrainer with m = n (the same code path
 first step is warm-up; the table shows medians over the others of PODSTrainer's `pods/time_*` phases (GPU
 synchronised at step boundaries) and the peak GPU memory.
 
-    python benchmarks/gpu_check.py              # one GPU: estimated 2-4 minutes on an H100-class GPU (not yet run)
+    python benchmarks/gpu_check.py              # one GPU: 119 s on an H200 (docs/benchmarks.md, "On a GPU")
     python benchmarks/gpu_check.py --dry-run    # the same code path on CPU at a tiny shape, well under a minute
 
 It imports only torch, tokenizers, transformers, accelerate, trl, datasets, rich and pods_rl's trainer: no task, no
-math-verify, no reasoning-gym; its reward is a function of the completion's tokens defined here. (`pods train`
-on that machine would also need math-verify and its latex2sympy2_extended and antlr4-python3-runtime wheels,
-which grade answers, and reasoning-gym for its tasks.)
+math-verify, no reasoning-gym; its reward is a function of the completion's tokens defined here.
 
-Carrying the missing wheels to a GPU machine without internet (it has torch, transformers 5.17, accelerate 1.15,
-peft, pandas, pyarrow, xxhash, rich; not trl, datasets or their dill and multiprocess). On a machine with
+Carrying the missing wheels to a GPU machine without internet (one with torch, transformers 5.17, accelerate 1.15,
+peft, pandas, pyarrow 25, xxhash, rich; not trl, datasets or their dill and multiprocess). On a machine with
 internet, in the repository root (`.whl/` is git-ignored):
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux2014_x86_64 -d .whl \\
-        trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 transformers==5.24.0
+        --platform manylinux2014_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 
-(transformers 5.24 because pods-rl pins `transformers>=5.23,<5.25`: its trainer hooks are tested against that;
-all five are pure-Python wheels, 15 MB together.) Copy the repository with `.whl/` to the GPU machine, then:
+(pods-rl accepts the machine's transformers 5.17; `pods train` there also needs math-verify==0.9.0,
+latex2sympy2_extended==1.11.0, antlr4-python3-runtime==4.13.2, pydantic with its pydantic_core, annotated-types
+and typing-inspection, and reasoning-gym for its tasks.) Copy the repository with `.whl/` to the GPU machine, then:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
     PYTHONPATH=/tmp/site:$PWD/src python3 benchmarks/gpu_check.py
 
-If `import datasets` then fails on the machine's pyarrow (datasets 5.2 asks for pyarrow >= 24), add that
-pyarrow's manylinux wheel to the download.
+datasets 5.2 asks for pyarrow >= 24; on an older pyarrow add its manylinux wheel to the download.
 """
 
 from __future__ import annotations
@@ -56,6 +53,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 from transformers.trainer_callback import PrinterCallback
 
 from pods_rl import PODSConfig, PODSTrainer
+from pods_rl.versions import CHECKPOINTING_FIELD
 
 SPECIAL = ["<pad>", "<eos>", "<unk>"]
 PHASES = ("generate", "score", "select", "update")
@@ -163,7 +161,7 @@ def run(shape: Shape, n: int, steps: int, device: torch.device, tokenizer: PreTr
             learning_rate=1e-6,
             bf16=device.type == "cuda",
             use_cpu=device.type == "cpu",
-            activation_checkpointing=False,
+            **{CHECKPOINTING_FIELD: False},
             logging_steps=1,
             report_to="none",
             save_strategy="no",

@@ -75,3 +75,22 @@ def test_vllm_variant_has_heads_vllm_cpu_accepts(monkeypatch) -> None:
     pods_rl.models.model_path("tiny")
     pods_rl.models.model_path("tiny", vllm=True)
     assert built == [None, VLLM_RECIPE]
+
+
+def test_warm_start_leaves_accelerate_state_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU, the run's trainer (bf16) is created after the warm start (CPU, fp32); it once failed there with
+    "AcceleratorState has already been initialized"."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+
+    monkeypatch.setenv("PODS_RL_CACHE", str(tmp_path))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        Accelerator(mixed_precision="bf16", cpu=True)
+        before = dict(AcceleratorState._shared_state), dict(PartialState._shared_state)
+        build_tiny(QUICK)
+        assert AcceleratorState().mixed_precision == "bf16"
+        assert (dict(AcceleratorState._shared_state), dict(PartialState._shared_state)) == before
+        Accelerator(mixed_precision="bf16", cpu=True)  # the run's trainer: raised before the state was kept
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)

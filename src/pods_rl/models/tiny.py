@@ -9,6 +9,7 @@ The result is cached under a folder named by a hash of the recipe: a changed rec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -16,7 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -176,29 +177,52 @@ def warm_start(
 
     task = load_arithmetic(seed=recipe.seed, **recipe.task_options)
     train = sft_dataset(task.train, flawed_fraction=recipe.flawed_fraction, seed=recipe.seed)
-    args = SFTConfig(
-        output_dir=str(out / "sft"),
-        max_steps=recipe.sft_steps,
-        per_device_train_batch_size=recipe.sft_batch_size,
-        learning_rate=recipe.sft_learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=min(20, recipe.sft_steps // 10),
-        weight_decay=0.0,
-        seed=recipe.seed,
-        bf16=False,
-        **{CHECKPOINTING_FIELD: False},
-        use_cpu=True,
-        save_strategy="no",
-        report_to=[],
-        logging_steps=max(1, recipe.sft_steps // 10),
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
-    trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(_reporting_callback(progress))
-    trainer.train()
+    with _accelerate_state_kept():  # TrainingArguments reset accelerate's state when created
+        args = SFTConfig(
+            output_dir=str(out / "sft"),
+            max_steps=recipe.sft_steps,
+            per_device_train_batch_size=recipe.sft_batch_size,
+            learning_rate=recipe.sft_learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=min(20, recipe.sft_steps // 10),
+            weight_decay=0.0,
+            seed=recipe.seed,
+            bf16=False,
+            **{CHECKPOINTING_FIELD: False},
+            use_cpu=True,
+            save_strategy="no",
+            report_to=[],
+            logging_steps=max(1, recipe.sft_steps // 10),
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(_reporting_callback(progress))
+        trainer.train()
     shutil.rmtree(out / "sft", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _accelerate_state_kept() -> Iterator[None]:
+    """Put accelerate's process-wide state back as it was after the block.
+
+    The warm start trains on CPU in full precision, so that its checkpoint is the same on any machine. Its
+    TrainingArguments reset accelerate's state and its Accelerator sets it (CPU, no mixed precision); a run's trainer
+    created afterwards on a GPU (bf16) would then fail with "AcceleratorState has already been initialized", or find
+    itself on CPU. accelerate's states are shared dicts that their instances alias, so restoring the dicts' contents
+    restores every instance (the run's TrainingArguments keep theirs).
+    """
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    states = (PartialState._shared_state, AcceleratorState._shared_state, GradientState._shared_state)
+    saved = [dict(state) for state in states]
+    try:
+        yield
+    finally:
+        for state, contents in zip(states, saved, strict=True):
+            state.clear()
+            state.update(contents)
 
 
 def _reporting_callback(progress: Progress | None):

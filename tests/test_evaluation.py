@@ -112,3 +112,30 @@ def test_progress_counts_completions_of_every_pass(model_and_tokenizer) -> None:
     )
     # greedy pass over 5 rows in batches of 2, then one sampled pass: 10 completions in all
     assert calls == [(0, 10), (2, 10), (4, 10), (5, 10), (7, 10), (9, 10), (10, 10)]
+
+
+class _OneRowEndsPerToken(torch.nn.Module):
+    """A stand-in model whose generate ends row i of the batch (writes EOS) at decoding step i + 1, calling the
+    stopping criteria after every step as transformers does."""
+
+    device = torch.device("cpu")
+
+    def generate(self, input_ids, attention_mask, eos_token_id, stopping_criteria, pad_token_id, **kwargs):
+        ids = input_ids
+        for step in range(input_ids.shape[0]):
+            column = torch.full((ids.shape[0], 1), 7)
+            column[step] = eos_token_id
+            ids = torch.cat([ids, column], dim=1)
+            assert not stopping_criteria(ids, None).any()  # progress only: it never stops a row
+        return ids
+
+
+def test_progress_within_one_batch_counts_rows_that_ended(model_and_tokenizer) -> None:
+    _, tok = model_and_tokenizer
+    calls = []
+    result = evaluate(
+        _OneRowEndsPerToken(), tok, _dataset(3), batch_size=3, reward=lambda completions, **_: [0.0] * 3,
+        progress=lambda *a: calls.append(a),
+    )  # fmt: skip
+    assert result["accuracy"] == 0.0
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3), (3, 3)]

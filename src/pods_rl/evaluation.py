@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from datasets import Dataset
+from transformers import StoppingCriteriaList
 
 RewardFunc = Callable[..., list[float]]
 Progress = Callable[[int], None]  # completions generated so far in this evaluation
 
 
-def _generate(model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict) -> list[str]:
-    """Batched left-padded generation of one completion per prompt; returns the decoded completions."""
+class _FinishedRows:
+    """A stopping criterion that never stops: it reports how many rows of the batch have ended (written their EOS),
+    so that an evaluation done in one large batch shows progress before the batch ends."""
+
+    def __init__(self, prompt_length: int, eos_token_id: int, report: Callable[[int], None]):
+        self.prompt_length, self.eos_token_id, self.report = prompt_length, eos_token_id, report
+        self.finished = 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        finished = int((input_ids[:, self.prompt_length :] == self.eos_token_id).any(dim=1).sum())
+        if finished != self.finished:
+            self.finished = finished
+            self.report(finished)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def _generate(
+    model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict, finished: Callable[[int], None]
+) -> list[str]:
+    """Batched left-padded generation of one completion per prompt; returns the decoded completions.
+
+    `finished` receives the number of rows that have ended whenever it changes during generation.
+    """
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # so that every row's completion starts at the same position
@@ -21,10 +44,19 @@ def _generate(model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict) -> 
         inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     finally:
         tokenizer.padding_side = side
+    prompt_length = inputs["input_ids"].shape[1]
     out = model.generate(
-        **inputs, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **gen_kwargs
+        **inputs,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        stopping_criteria=StoppingCriteriaList([_FinishedRows(prompt_length, tokenizer.eos_token_id, finished)]),
+        **gen_kwargs,
     )
-    return tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    return tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
+
+
+def _offset(progress: Progress, start: int, ended: int) -> None:
+    progress(start + ended)
 
 
 def _reward_sum(
@@ -45,7 +77,8 @@ def _reward_sum(
     for start in range(0, len(dataset), batch_size):
         progress(start)
         rows = dataset[start : start + batch_size]
-        completions = _generate(model, tokenizer, rows["prompt"], gen_kwargs)
+        ended = functools.partial(_offset, progress, start)
+        completions = _generate(model, tokenizer, rows["prompt"], gen_kwargs, ended)
         extra = {k: v for k, v in rows.items() if k not in ("prompt", "completion")}
         rewards = reward(completions=[[{"role": "assistant", "content": c}] for c in completions], **extra)
         total += sum(rewards[: max(0, counted - start)])
@@ -90,8 +123,8 @@ def evaluate(
     k sampled completions per prompt at `temperature`, seeded so it repeats, without moving the global RNG.
     The reward defaults to the accuracy reward (1 if the answer is right, else 0): accuracy is its mean.
     The model is restored to its previous train/eval mode afterwards. `progress` receives (completions generated,
-    completions to generate) before each batch and at the end; on many processes, this process's count times the
-    number of processes (every share has the same length).
+    completions to generate) before each batch, whenever a row of the batch ends, and at the end; on many
+    processes, this process's count times the number of processes (every share has the same length).
 
     `sharded=True` is for runs on many processes (torch.distributed): every process must call it, each evaluates
     an equal share of `dataset`, and the reward sums are added up, so every process returns the result for the

@@ -188,10 +188,11 @@ def worker(out: Path, steps: int) -> None:
     counter.count_ddp_gradients()
     import warnings
 
+    from measuring import measuring_config
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
-    from pods_rl import PODSConfig, PODSTrainer
+    from pods_rl import PODSTrainer
     from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
     from pods_rl.tasks import load_task
 
@@ -215,20 +216,12 @@ def worker(out: Path, steps: int) -> None:
 
     for layout, fields in LAYOUTS.items():
         with tempfile.TemporaryDirectory() as run_dir:
-            args = PODSConfig(
-                output_dir=run_dir,
+            args = measuring_config(
+                run_dir,
                 **fields,
                 max_completion_length=COMPLETION_TOKENS,
                 generation_kwargs={"min_new_tokens": COMPLETION_TOKENS},
                 max_steps=steps,
-                learning_rate=1e-5,
-                bf16=False,
-                activation_checkpointing=False,
-                logging_steps=1,
-                report_to="none",
-                save_strategy="no",
-                disable_tqdm=True,
-                use_cpu=True,
                 seed=0,
             )
             trainer = PODSTrainer(

@@ -46,14 +46,14 @@ import warnings
 
 import torch
 from datasets import Dataset
+from measuring import measuring_config
 from rich.console import Console
 from rich.table import Table
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from pods_rl import PODSConfig, PODSTrainer
-from pods_rl.versions import CHECKPOINTING_FIELD
+from pods_rl import PODSTrainer
 
 SPECIAL = ["<pad>", "<eos>", "<unk>"]
 PHASES = ("generate", "score", "select", "update")
@@ -147,8 +147,9 @@ def run(shape: Shape, n: int, steps: int, device: torch.device, tokenizer: PreTr
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
-        args = PODSConfig(
-            output_dir=out,
+        args = measuring_config(
+            out,
+            gpu=device.type == "cuda",
             num_generations=n,
             num_selected=shape.m,
             per_device_train_batch_size=micro_batch,
@@ -159,13 +160,6 @@ def run(shape: Shape, n: int, steps: int, device: torch.device, tokenizer: PreTr
             beta=0.0,
             max_steps=steps,
             learning_rate=1e-6,
-            bf16=device.type == "cuda",
-            use_cpu=device.type == "cpu",
-            **{CHECKPOINTING_FIELD: False},
-            logging_steps=1,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
             seed=0,
         )
         trainer = PODSTrainer(

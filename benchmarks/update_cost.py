@@ -15,11 +15,12 @@ import statistics
 import tempfile
 import warnings
 
+from measuring import measuring_config
 from rich.console import Console
 from rich.table import Table
 from transformers.trainer_callback import PrinterCallback
 
-from pods_rl import PODSConfig, PODSTrainer
+from pods_rl import PODSTrainer
 from pods_rl.models.tiny import TinyRecipe, build_model, build_tokenizer
 from pods_rl.tasks import load_task
 
@@ -41,22 +42,14 @@ def median_update_seconds(recipe: TinyRecipe, selected: int, steps: int) -> tupl
     model = build_model(recipe, tokenizer)
     task = load_task("arithmetic", num_train=256, num_test=16)
     with tempfile.TemporaryDirectory() as out:
-        args = PODSConfig(
-            output_dir=out,
+        args = measuring_config(
+            out,
             num_generations=POOL,
             num_selected=selected,
             per_device_train_batch_size=selected,  # one prompt per step
             max_completion_length=COMPLETION_TOKENS,
             generation_kwargs={"min_new_tokens": COMPLETION_TOKENS},  # every row costs the same
             max_steps=steps,
-            learning_rate=1e-5,
-            bf16=False,
-            activation_checkpointing=False,
-            logging_steps=1,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
-            use_cpu=True,
         )
         trainer = PODSTrainer(
             model=model, reward_funcs=digit_count, args=args, train_dataset=task.train, processing_class=tokenizer

@@ -41,36 +41,29 @@ class _Recorder(TrainerCallback):
 
 
 def measure(model: str, backend: str, steps: int | None) -> dict:
-    from pods_rl import PODSConfig, PODSTrainer
+    from measuring import measuring_config
+
+    from pods_rl import PODSTrainer
     from pods_rl.models import model_path
     from pods_rl.models.tiny import TINY_TASK_OPTIONS
     from pods_rl.tasks import load_task
-    from pods_rl.versions import CHECKPOINTING_FIELD
 
     n, m, prompts, tokens, default_steps, options = SETUPS[model]
     steps = steps or default_steps
     task = load_task("arithmetic", **(options or TINY_TASK_OPTIONS))
     recorder = _Recorder()
     with tempfile.TemporaryDirectory() as out:
-        args = PODSConfig(
-            output_dir=out,
+        args = measuring_config(
+            out,
             num_generations=n,
             num_selected=m,
             per_device_train_batch_size=prompts * m,
             max_completion_length=tokens,
             max_steps=steps,
-            learning_rate=1e-5,
             temperature=1.0,
-            bf16=False,
-            use_cpu=True,
-            logging_steps=1,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
             use_vllm=backend == "vllm",
             vllm_max_model_length=512,
             reward_weights=task.reward_weights,
-            **{CHECKPOINTING_FIELD: False},
         )
         start = time.perf_counter()
         trainer = PODSTrainer(
@@ -142,7 +135,7 @@ def main() -> None:
             f"{row['per_trained_s'] / row['per_generated_s']:.2f}",
             f"{row['setup_s']:.0f}",
         )
-    Console().print(table)
+    Console(width=200).print(table)  # the whole table, also in a log file
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ from pods_rl.run.settings import RunSettings, resolve
 
 @pytest.fixture
 def machine(monkeypatch):
-    """Set whether this machine has an accelerator: `machine(gpu=True)`."""
+    """Set whether this machine has an accelerator and vLLM: `machine(gpu=True)`, `machine(gpu=False, vllm=True)`."""
 
-    def choose(*, gpu: bool) -> None:
+    def choose(*, gpu: bool, vllm: bool = False) -> None:
         monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
+        monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: vllm)
 
     return choose
 
@@ -26,7 +27,17 @@ def test_smollm2_on_a_cpu_gets_its_preset(machine):
     assert (trainer["max_completion_length"], trainer["learning_rate"], trainer["max_steps"]) == (64, 2e-5, 50)
     assert trainer["beta"] == GENERIC["trainer"]["beta"]  # what the preset does not size stays generic
     assert settings["eval"] == {"every_steps": 25, "batch_size": 50}
+    assert "use_vllm" not in trainer  # HF generate where vLLM is not installed
     RunSettings.from_dict(settings)  # a valid run
+
+
+def test_smollm2_on_a_cpu_generates_with_vllm_where_installed(machine):
+    machine(gpu=False, vllm=True)
+    trainer = default_run_settings("smollm2-135m", "arithmetic")["trainer"]
+    assert (trainer["use_vllm"], trainer["vllm_max_model_length"]) == (True, 512)
+    assert trainer["num_generations"] == 8  # the rest of the preset stays
+    machine(gpu=True, vllm=True)
+    assert "use_vllm" not in default_run_settings("smollm2-135m", "arithmetic")["trainer"]  # a GPU: as the user says
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""Setting names that depend on the installed transformers, read from its version without importing it (the CLI
-checks settings before any heavy import)."""
+"""What the installed packages allow, read without importing them (the CLI checks settings before any heavy
+import)."""
 
 from __future__ import annotations
 
+import importlib.util
 from importlib.metadata import version
 
 from packaging.version import Version
@@ -17,3 +18,8 @@ def checkpointing_field() -> str:
 
 
 CHECKPOINTING_FIELD = checkpointing_field()
+
+
+def vllm_installed() -> bool:
+    """vLLM can generate in this environment (`make vllm`'s `.venv-vllm`)."""
+    return importlib.util.find_spec("vllm") is not None

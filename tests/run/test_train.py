@@ -130,20 +130,27 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "per step: 16 prompts x n=16 = 256 rollouts of up to 32 tokens generated, m=4 per prompt = 64 rows trained; "
         "learning rate 0.0001",
         "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
+        "generation: HF generate",
     ]
     assert not out.exists()
 
 
-@pytest.mark.parametrize("gpu", [False, True])
-def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu):
-    """`pods train --model smollm2-135m` on a CPU plans the CPU preset and says so; on a GPU, the generic sizes."""
+@pytest.mark.parametrize(("gpu", "vllm", "options"), [(False, False, []), (True, False, []), (False, True, []),
+                                                      (False, True, ["--no-vllm"])])  # fmt: skip
+def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vllm, options):
+    """`pods train --model smollm2-135m` on a CPU plans the CPU preset and says so, generating with vLLM where it is
+    installed unless told not to; on a GPU, the generic sizes."""
     import pods_rl.defaults
     import pods_rl.models
+    import pods_rl.trainer.config
 
     monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
+    monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: vllm)
+    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: vllm)
     out = tmp_path / "run"
-    result = runner.invoke(app, ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out)])
+    command = ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out), *options]
+    result = runner.invoke(app, command)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     if gpu:
@@ -156,5 +163,6 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu):
         "per step: 2 prompts x n=8 = 16 rollouts of up to 64 tokens generated, m=2 per prompt = 4 rows trained; "
         "learning rate 2e-05",
         "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
+        "generation: vLLM (colocate)" if vllm and not options else "generation: HF generate",
     ]
     assert not out.exists()

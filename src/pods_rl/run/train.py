@@ -110,6 +110,7 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
+        f"generation: {'vLLM (' + args.vllm_mode + ')' if args.use_vllm else 'HF generate'}",
     ]
     if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
         lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from pods_rl.core.selection import RULES as SELECTION_RULES
+from pods_rl.versions import vllm_installed
 
 ADVANTAGE_STATS = ("selected", "pool")
 SELECTION_BUDGETS = ("per_prompt", "batch")
 TIE_BREAKS = ("index", "shortest")
-
-
-def vllm_installed() -> bool:
-    return importlib.util.find_spec("vllm") is not None
 
 
 @dataclass

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import os
+import socket
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import datasets.config
+import huggingface_hub.constants
 from datasets import Dataset, concatenate_datasets, load_dataset
 
 from pods_rl import rewards
@@ -119,8 +125,37 @@ def _load_split(
             if Path(file).is_file() and Path(file).stat().st_size == 0:
                 raise ValueError(f"{split} data file {file} is empty.")
         sources = [(_builder(files), dict(data_files={split: files}))]
-    parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
+    with _offline_if_hub_unreachable() if data_files is None else contextlib.nullcontext():
+        parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+def hub_unreachable(timeout: float = 3.0) -> bool:
+    """No proxy is set and the hub's host (`HF_ENDPOINT`) does not resolve or accept a connection in `timeout` s."""
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return False  # only the proxy could tell
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", huggingface_hub.constants.ENDPOINT))
+    try:
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout).close()
+    except OSError:
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _offline_if_hub_unreachable() -> Iterator[None]:
+    """Load in datasets' offline mode when the hub cannot be reached: from the local cache where the data is there,
+    else an immediate error. Otherwise `load_dataset` retries for about 25 s before failing (measured offline).
+    The offline switches are module constants that datasets and huggingface_hub read when they are called."""
+    if not hub_unreachable():
+        yield
+        return
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
 
 
 def _builder(files: str | Sequence[str]) -> str:

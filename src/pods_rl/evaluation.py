@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -55,10 +54,6 @@ def _generate(
     return tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
 
 
-def _offset(progress: Progress, start: int, ended: int) -> None:
-    progress(start + ended)
-
-
 def _reward_sum(
     model,
     tokenizer,
@@ -77,8 +72,9 @@ def _reward_sum(
     for start in range(0, len(dataset), batch_size):
         progress(start)
         rows = dataset[start : start + batch_size]
-        ended = functools.partial(_offset, progress, start)
-        completions = _generate(model, tokenizer, rows["prompt"], gen_kwargs, ended)
+        completions = _generate(
+            model, tokenizer, rows["prompt"], gen_kwargs, lambda ended, start=start: progress(start + ended)
+        )
         extra = {k: v for k, v in rows.items() if k not in ("prompt", "completion")}
         rewards = reward(completions=[[{"role": "assistant", "content": c}] for c in completions], **extra)
         total += sum(rewards[: max(0, counted - start)])

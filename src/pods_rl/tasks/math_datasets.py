@@ -53,7 +53,7 @@ def load_gsm8k(
     `data_files` ({"train": ..., "test": ...}, JSON/JSONL/parquet/CSV with `question` and `answer`)
     replaces the hub dataset openai/gsm8k.
     """
-    splits = {split: _load_split([GSM8K_HUB], split, data_files, cache_dir) for split in ("train", "test")}
+    splits = _load_splits({"train": [GSM8K_HUB], "test": [GSM8K_HUB]}, data_files, cache_dir)
     return _make_task(
         "gsm8k",
         splits,
@@ -80,10 +80,7 @@ def load_math(
     replaces the hub datasets.
     """
     train_sources = [(MATH_TRAIN_HUB, subject) for subject in MATH_SUBJECTS]
-    splits = {
-        "train": _load_split(train_sources, "train", data_files, cache_dir),
-        "test": _load_split([MATH_TEST_HUB], "test", data_files, cache_dir),
-    }
+    splits = _load_splits({"train": train_sources, "test": [MATH_TEST_HUB]}, data_files, cache_dir)
     return _make_task(
         "math",
         splits,
@@ -108,6 +105,17 @@ def math_answer(row: Mapping[str, Any]) -> str | None:
     return last_boxed(str(row.get("solution", "")))
 
 
+def _load_splits(
+    hub_sources: Mapping[str, Sequence[tuple[str, str | None]]],
+    data_files: DataFiles | None,
+    cache_dir: str | None,
+) -> dict[str, Dataset]:
+    """Every split of a task, from the hub (`hub_sources`: split -> its (dataset, config) sources) or from the local
+    `data_files`; the hub is probed once for all of them."""
+    with _offline_if_hub_unreachable() if data_files is None else contextlib.nullcontext():
+        return {split: _load_split(sources, split, data_files, cache_dir) for split, sources in hub_sources.items()}
+
+
 def _load_split(
     hub_sources: Sequence[tuple[str, str | None]],
     split: str,
@@ -125,8 +133,7 @@ def _load_split(
             if Path(file).is_file() and Path(file).stat().st_size == 0:
                 raise ValueError(f"{split} data file {file} is empty.")
         sources = [(_builder(files), dict(data_files={split: files}))]
-    with _offline_if_hub_unreachable() if data_files is None else contextlib.nullcontext():
-        parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
+    parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 

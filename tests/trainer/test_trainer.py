@@ -1,3 +1,4 @@
+import inspect
 import itertools
 from types import SimpleNamespace
 
@@ -430,3 +431,29 @@ def test_environment_owned_data_gets_one_placeholder_prompt_per_trained_group(tm
     stub = SimpleNamespace(args=args, num_iterations=1, shuffle_dataset=False)
     sampler = PODSTrainer._get_train_sampler(stub, received["train_dataset"])
     assert len(list(sampler)) == args.local_pool_size  # one generation batch: both prompts, 8 rollouts each
+
+
+def test_constructor_takes_grpo_trainers_parameters():
+    """Same names, order, kinds and defaults as GRPOTrainer.__init__, so every call that builds one builds the other."""
+
+    def described(function):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    assert described(PODSTrainer.__init__) == described(GRPOTrainer.__init__)
+
+
+def test_positional_arguments_reach_grpo_trainer(tmp_path, monkeypatch):
+    received = {}
+
+    def fake_init(self, model, reward_funcs, args, **kwargs):
+        received.update(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        raise InterruptedError
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", fake_init)
+    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, num_selected=2))
+    dataset, eval_dataset, tokenizer = prompt_dataset(), prompt_dataset(4), char_tokenizer()
+    with pytest.raises(InterruptedError):
+        PODSTrainer("unused", vowel_reward, args, dataset, eval_dataset, tokenizer)
+    assert received["model"] == "unused" and received["reward_funcs"] is vowel_reward and received["args"] is args
+    assert received["train_dataset"] is dataset and received["eval_dataset"] is eval_dataset
+    assert received["processing_class"] is tokenizer

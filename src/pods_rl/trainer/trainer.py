@@ -62,15 +62,47 @@ class PODSTrainer(GRPOTrainer):
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "pods"]
     _name = "PODS"
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: PODSConfig | None = None, **kwargs: Any):
+    def __init__(  # GRPOTrainer's parameters, in its order, with its defaults
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: PODSConfig | None = None,
+        train_dataset: Dataset | IterableDataset | None = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: list[TrainerCallback] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        quantization_config: Any = None,
+        peft_config: Any = None,
+        tools: list[Callable] | None = None,
+        rollout_func: Callable | None = None,
+        environment_factory: Any = None,
+    ):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
-        _environment_placeholder(args, kwargs)
+        if train_dataset is None:
+            train_dataset = _environment_placeholder(args, environment_factory)
         with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
-            super().__init__(model, reward_funcs, args, **kwargs)
+            super().__init__(
+                model,
+                reward_funcs,
+                args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+                tools=tools,
+                rollout_func=rollout_func,
+                environment_factory=environment_factory,
+            )
         self.pool_size = args.num_generations
         self.num_selected = args.num_selected
         # Same seed on every process: the random rule must pick the same rollouts everywhere.
@@ -395,20 +427,15 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/tokens_trained"].append(float(lengths[selected].sum()))
 
 
-def _environment_placeholder(args: PODSConfig, kwargs: dict) -> None:
+def _environment_placeholder(args: PODSConfig, factory: Any) -> Dataset | None:
     """When a single environment owns the data (no train_dataset), TRL builds a placeholder of
     `generation_batch_size / n` empty prompts; PODS draws `generation_batch_size / m` prompts per generation, so
-    TRL's would yield no batch at all. Build it at PODS's size (TRL still raises for its own error cases: a dict of
+    TRL's would yield no batch at all. Build it at PODS's size (None leaves TRL's own error cases to TRL: a dict of
     environments, or no max_steps)."""
-    factory = kwargs.get("environment_factory")
-    if (
-        kwargs.get("train_dataset") is None
-        and callable(factory)
-        and not isinstance(factory, dict)
-        and args.max_steps > 0
-    ):
-        prompts = args.generation_batch_size // args.num_selected
-        kwargs["train_dataset"] = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
+    if not callable(factory) or isinstance(factory, dict) or args.max_steps <= 0:
+        return None
+    prompts = args.generation_batch_size // args.num_selected
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -178,6 +178,18 @@ def test_beats_or_matches_per_prompt_selection():
     assert captured(batch) > captured(per_prompt)
 
 
+@pytest.mark.parametrize("scale", [1e3, 1e7, 1e12])
+@pytest.mark.parametrize("huge_group_first", [True, False])
+def test_a_huge_reward_range_does_not_blur_the_other_groups(scale, huge_group_first):
+    """The huge group takes 4 rows; the spare 2 go where they capture more: squared deviation 2.0 (second group)
+    rather than 0.5 (third). A tolerance scaled to the largest range made them a tie, won by the wrong group."""
+    rows = [[2.0, 0.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]]
+    huge = [scale, scale, 0.0, 0.0]
+    rewards = torch.tensor([huge, *rows] if huge_group_first else [*rows, huge], dtype=torch.float64)
+    sizes = select_batch(rewards, 6).sum(dim=1).tolist()
+    assert sizes == ([4, 2, 0] if huge_group_first else [2, 0, 4])
+
+
 def test_all_equal_batch_still_fills_the_budget_evenly():
     selected = select_batch(torch.zeros(4, 6), 10)
     assert selected.sum(dim=1).tolist() == [2, 2, 3, 3]  # the smallest sum of squares, then lexicographic

@@ -43,12 +43,20 @@ def select_batch(
     and sizes: O(G * budget * n) time, after O(G * n^2) for the f_g.
 
     Ties (many: with 0/1 rewards every even split of rows among balanced groups scores the same) are broken in
-    this order: the largest objective (values within a relative 1e-12 of each other are equal, so that
-    summation order cannot matter), then the fewest rows in groups whose valid rewards are all equal (they get
+    this order: the largest objective, then the fewest rows in groups whose valid rewards are all equal (they get
     rows only when every other group is full), then the smallest sum of s_g^2 (the most even spread, so with
     balanced groups every group keeps budget / G rows, as in per-prompt PODS), then the lexicographically
     smallest (s_0, s_1, ...). Within a group the subset follows `select_rollouts`' tie rule at its size,
     including the fewest-tokens rule when `lengths` (G, n) is given.
+
+    Two objective values are equal when they differ by less than a relative 1e-12 of the f_g(s) terms in which
+    they differ (so that summation order, which differs between CPU and GPU, cannot matter): never relative to a
+    fixed scale, so one group with a huge reward range does not turn the other groups' real differences into
+    ties. For that the programme runs twice. First over the groups by increasing reward range, so that each
+    comparison holds only groups of at most the range of the one being decided: a reference optimum. Then in
+    index order (for the lexicographic rule), on each f_g(s) minus f_g at the reference size: a group at its
+    reference size adds exactly 0 to both values compared and nothing to their tolerance, however large its
+    range (in one sum, a term of 1e14 would swamp a difference of 1.5).
 
     Per-group advantages of the result: `group_advantages(rewards, mask=selected)`.
 
@@ -67,29 +75,40 @@ def select_batch(
     varied = ranking.half_range > 0  # (G, 1): some reward differs from another
     rows_squared = sizes.square()
     tie_cost = torch.where(varied, rows_squared, rows_squared + sizes * (budget**2 + 1))  # sum s^2 <= budget^2
-    tolerance = _TIE_RTOL * budget * ranking.half_range.max().item() ** 2 if num_groups else 0.0
-    allocation = _allocate(gain, tie_cost, budget, tolerance)
-    if allocation is None:
+    # Largest range first (stable): the programme adds the groups from the last to the first.
+    order = torch.sort(ranking.half_range.flatten(), descending=True, stable=True).indices
+    reference = _allocate(gain[order], tie_cost[order], budget, torch.zeros_like(order))
+    if reference is None:
         count = ranking.count.flatten().tolist()
         raise ValueError(
             f"cannot spread a budget of {budget} rows over groups with {count} valid rollouts: each group takes "
             "0 rows or 2 up to its valid rollouts"
         )
+    reference = torch.empty_like(reference).scatter_(0, order, reference)
+    allocation = _allocate(gain, tie_cost, budget, reference)
     return _best_subsets(ranking, allocation.unsqueeze(1))
 
 
-def _allocate(gain: torch.Tensor, tie_cost: torch.Tensor, budget: int, tolerance: float) -> torch.Tensor | None:
+def _allocate(gain: torch.Tensor, tie_cost: torch.Tensor, budget: int, reference: torch.Tensor) -> torch.Tensor | None:
     """Rows per group (G,) maximising sum gain[g, s_g] with sum s_g = budget, by the tie rules; None if none.
 
     Dynamic programme from the last group to the first: `value[b]` and `cost[b]` are the best objective and tie
-    cost of the groups after g using exactly b rows. Each step is vectorised over b and s. Choosing, at each
-    state, the smallest s among the best makes the forward read-out lexicographically smallest.
+    cost of the groups after g using exactly b rows, the objective counted from `reference` (G,) sizes (the
+    terms gain[g, s] - gain[g, reference[g]]), and `scale[b]` the sum of gain[g, s] + gain[g, reference[g]] over
+    its groups off their reference size: a candidate is tied with the best when they differ by less than
+    `_TIE_RTOL` times their two scales. Each step is vectorised over b and s. Choosing, at each state, the
+    smallest s among the best makes the forward read-out lexicographically smallest.
     """
     num_groups, sizes = gain.shape
     device = gain.device
     fits = torch.arange(budget + 1, device=device).unsqueeze(1) >= torch.arange(sizes, device=device)  # (B + 1, S)
+    at_reference = gain.gather(1, reference.unsqueeze(1))
+    off_reference = torch.arange(sizes, device=device) != reference.unsqueeze(1)
+    term_scale = torch.where(off_reference & torch.isfinite(gain), gain + at_reference, 0.0)
+    gain = gain - at_reference
     value = torch.full((budget + 1,), float("-inf"), dtype=torch.float64, device=device)
     value[0] = 0.0
+    scale = torch.zeros(budget + 1, dtype=torch.float64, device=device)
     cost = torch.zeros(budget + 1, dtype=torch.int64, device=device)
     never = torch.iinfo(torch.int64).max
     choices = torch.zeros(num_groups, budget + 1, dtype=torch.int64, device=device)
@@ -97,13 +116,16 @@ def _allocate(gain: torch.Tensor, tie_cost: torch.Tensor, budget: int, tolerance
         # Row b, column s reads the later groups' state at b - s: a sliding window over the padded state (a view).
         later_value = _windows(value, sizes, float("-inf"))
         candidate = torch.where(fits, later_value + gain[group], float("-inf"))
-        best = candidate.amax(dim=1, keepdim=True)
-        eligible = torch.isfinite(candidate) & (candidate >= best - tolerance)
+        candidate_scale = _windows(scale, sizes, 0.0) + term_scale[group]
+        best = candidate.argmax(dim=1, keepdim=True)
+        margin = _TIE_RTOL * (candidate_scale + candidate_scale.gather(1, best))
+        eligible = torch.isfinite(candidate) & (candidate >= candidate.gather(1, best) - margin)
         candidate_cost = torch.where(eligible, _windows(cost, sizes, 0) + tie_cost[group], never)
         chosen = (candidate_cost == candidate_cost.amin(dim=1, keepdim=True)) & eligible
         choice = chosen.int().argmax(dim=1, keepdim=True)  # the smallest tied size
         choices[group] = choice.squeeze(1)
         value = candidate.gather(1, choice).squeeze(1)
+        scale = candidate_scale.gather(1, choice).squeeze(1)
         cost = candidate_cost.gather(1, choice).squeeze(1)
     if not torch.isfinite(value[budget]):
         return None

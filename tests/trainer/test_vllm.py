@@ -7,13 +7,17 @@ import inspect
 
 import pytest
 import torch
-from support import char_tokenizer, fast_args, prompt_dataset, vowel_reward
+from support import char_tokenizer, fast_args, make_trainer, prompt_dataset, vowel_reward
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl import GRPOTrainer
+from trl.generation import vllm_generation
 from trl.generation.vllm_generation import VLLMGeneration
 from vllm import SamplingParams
+from vllm.config import SchedulerConfig
+from vllm.platforms import current_platform
 
 from pods_rl import PODSConfig, PODSTrainer
+from pods_rl.trainer.vllm import engine_max_num_seqs
 
 N, M, PROMPTS = 8, 2, 2
 CLIP = 1e6  # so that the importance ratio is the raw exp(policy - vLLM)
@@ -71,10 +75,11 @@ def trainer(tmp_path_factory):
 def test_trl_contract():
     init = inspect.getsource(GRPOTrainer.__init__)
     assert "self.vllm_generation = VLLMGeneration(" in init
-    assert "max_num_seqs=args.per_device_train_batch_size" in init
     assert "driver_worker.model_runner.model.load_weights" in inspect.getsource(VLLMGeneration.sync_weights)
     engine_start = inspect.getsource(VLLMGeneration._init_vllm)
     assert "self.llm = LLM(" in engine_start and "enforce_eager" not in engine_start
+    # The engine's token budget per step is fixed in the call (no setting reaches it); PODS reads it there.
+    assert "max_num_batched_tokens=4096," in engine_start
     assert "if self.state.global_step != self._last_loaded_step:" in inspect.getsource(
         GRPOTrainer._generate_single_turn
     )
@@ -85,6 +90,36 @@ def test_engine_batch_is_the_pool_and_eager(trainer):
     # TRL would size it to the trained rows (PROMPTS * M = 4): the pool would be decoded in n/m = 4 waves.
     assert config.scheduler_config.max_num_seqs == PROMPTS * N
     assert config.model_config.enforce_eager  # on a CPU: no inductor compile inside the first training step
+
+
+def test_engine_batch_is_the_pool_up_to_the_engines_token_budget():
+    assert engine_max_num_seqs(pool_rows=16, max_num_batched_tokens=4096) == 16
+    assert engine_max_num_seqs(pool_rows=8192, max_num_batched_tokens=4096) == 4096
+
+
+def test_a_pool_above_the_token_budget_gets_an_engine_vllm_accepts(tmp_path, monkeypatch):
+    """A local pool of 16 x 32 x 64 / 4 = 8192 rows: TRL passes max_num_batched_tokens=4096, and vLLM refuses
+    max_num_seqs above it, so the engine decodes the pool in two waves of 4096. No engine starts: the arguments
+    of TRL's LLM(...) call are captured and checked by vLLM's own scheduler config."""
+    engine_arguments = {}
+
+    def capture(**kwargs):
+        engine_arguments.update(kwargs)
+        raise InterruptedError
+
+    monkeypatch.setattr(vllm_generation, "LLM", capture)
+    pool = dict(per_device_train_batch_size=16, gradient_accumulation_steps=32, num_generations=64, num_selected=4)
+    with pytest.raises(InterruptedError):
+        make_trainer(tmp_path, use_vllm=True, vllm_mode="colocate", vllm_max_model_length=32, **pool)
+    assert engine_arguments["max_num_batched_tokens"] == 4096
+    assert engine_arguments["max_num_seqs"] == 4096
+    assert engine_arguments.get("enforce_eager", False) == current_platform.is_cpu()
+    SchedulerConfig(
+        max_model_len=32,
+        is_encoder_decoder=False,
+        max_num_batched_tokens=engine_arguments["max_num_batched_tokens"],
+        max_num_seqs=engine_arguments["max_num_seqs"],
+    )
 
 
 def test_trained_rows_carry_their_own_vllm_logprobs(trainer):

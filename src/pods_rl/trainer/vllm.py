@@ -3,7 +3,9 @@
 TRL builds its vLLM engine inside `GRPOTrainer.__init__` with `max_num_seqs` = the rows each process *trains*
 (`per_device_train_batch_size * vllm_tensor_parallel_size * steps_per_generation`). PODS generates n/m times
 more rows per process than it trains, so that engine would decode each pool in n/m sequential waves. While
-`GRPOTrainer.__init__` runs, `pool_sized_vllm` hands TRL a `VLLMGeneration` whose `max_num_seqs` is the pool.
+`GRPOTrainer.__init__` runs, `pool_sized_vllm` makes TRL's `LLM(...)` call size `max_num_seqs` to the pool, up
+to the engine's `max_num_batched_tokens` (which TRL fixes, 4096, with no setting to raise it; vLLM refuses an
+engine whose `max_num_seqs` exceeds it): a larger pool is decoded in waves of that many sequences.
 On a CPU the engine also runs eagerly: vLLM would otherwise compile the model with inductor during the first
 generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the run's training time).
 `tests/trainer/test_vllm.py` checks the TRL and vLLM internals this relies on.
@@ -12,7 +14,6 @@ generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the r
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,39 +26,42 @@ def pool_rows_per_engine(args: PODSConfig) -> int:
     return args.local_pool_size * args.vllm_tensor_parallel_size
 
 
+def engine_max_num_seqs(pool_rows: int, max_num_batched_tokens: int) -> int:
+    """vLLM's `max_num_seqs` for a pool of `pool_rows`: the whole pool in one batch, but no more sequences than the
+    engine schedules tokens per step (vLLM requires max_num_seqs <= max_num_batched_tokens)."""
+    return min(pool_rows, max_num_batched_tokens)
+
+
 @contextlib.contextmanager
 def pool_sized_vllm(args: PODSConfig) -> Iterator[None]:
     """While TRL builds its vLLM engine: size the engine's batch to the pool, and prepare vLLM on a CPU."""
-    if not args.use_vllm:
+    if not args.use_vllm or args.vllm_mode != "colocate":  # a server sizes its own engine
         yield
         return
     from trl.generation import vllm_generation
-    from trl.trainer import grpo_trainer
+    from vllm.platforms import current_platform
 
-    with contextlib.ExitStack() as stack:
-        if args.vllm_mode == "colocate":
-            from vllm.platforms import current_platform
+    settings: dict[str, Any] = {}
+    if current_platform.is_cpu():
+        from pods_rl.trainer.vllm_cpu import prepare_cpu_engine
 
-            if current_platform.is_cpu():
-                from pods_rl.trainer.vllm_cpu import prepare_cpu_engine
-
-                if args.vllm_enable_sleep_mode:
-                    raise ValueError("vllm_enable_sleep_mode: vLLM's CPU engine has no sleep mode; set it to False.")
-                prepare_cpu_engine()
-                eager = functools.partial(vllm_generation.LLM, enforce_eager=True)
-                stack.enter_context(_replaced(vllm_generation, "LLM", eager))
-        sized = functools.partial(grpo_trainer.VLLMGeneration, max_num_seqs=pool_rows_per_engine(args))
-        stack.enter_context(_replaced(grpo_trainer, "VLLMGeneration", _overriding(sized)))
+        if args.vllm_enable_sleep_mode:
+            raise ValueError("vllm_enable_sleep_mode: vLLM's CPU engine has no sleep mode; set it to False.")
+        prepare_cpu_engine()
+        settings["enforce_eager"] = True
+    engine = _sized_engine(vllm_generation.LLM, pool_rows_per_engine(args), settings)
+    with _replaced(vllm_generation, "LLM", engine):
         yield
 
 
-def _overriding(partial: functools.partial):
-    """Call `partial`'s function with its keywords overriding the caller's (a plain partial would clash)."""
+def _sized_engine(llm: Any, pool_rows: int, settings: dict[str, Any]):
+    """`llm` (vLLM's LLM class) called with TRL's arguments, `max_num_seqs` sized to the pool and `settings`."""
 
-    def call(**kwargs: Any):
-        return partial.func(**{**kwargs, **partial.keywords})
+    def build(**kwargs: Any):
+        max_num_seqs = engine_max_num_seqs(pool_rows, kwargs["max_num_batched_tokens"])
+        return llm(**{**kwargs, "max_num_seqs": max_num_seqs, **settings})
 
-    return call
+    return build
 
 
 @contextlib.contextmanager

@@ -1,13 +1,24 @@
 import inspect
 import itertools
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
-from support import char_tokenizer, fast_args, make_trainer, prompt_dataset, tiny_llama, vowel_reward
+from support import (
+    char_tokenizer,
+    fast_args,
+    make_trainer,
+    prompt_dataset,
+    scripted_rollouts,
+    tiny_llama,
+    vowel_reward,
+)
+from torch import nn
 from trl import GRPOConfig, GRPOTrainer
 
 from pods_rl import PODSConfig, PODSTrainer, group_advantages, select_batch, select_rollouts
+from pods_rl.trainer.trainer import RewardError
 
 PROMPT_LEN = 4  # every support prompt is four characters
 
@@ -457,3 +468,81 @@ def test_positional_arguments_reach_grpo_trainer(tmp_path, monkeypatch):
     assert received["model"] == "unused" and received["reward_funcs"] is vowel_reward and received["args"] is args
     assert received["train_dataset"] is dataset and received["eval_dataset"] is eval_dataset
     assert received["processing_class"] is tokenizer
+
+
+BAD_SAMPLE = 2  # the sample whose reward is NaN or inf in the tests below
+
+
+def rewards_with(bad: float, size: int) -> list[float]:
+    return [bad if i == BAD_SAMPLE else 0.5 for i in range(size)]
+
+
+class Scorer(nn.Module):
+    """A reward model (an nn.Module, as TRL calls one): 0.5 for every sample but BAD_SAMPLE, which gets `bad`."""
+
+    def __init__(self, bad: float):
+        super().__init__()
+        self.config = SimpleNamespace(_name_or_path="models/scorer")
+        self.bad = bad
+
+    def forward(self, input_ids, **kwargs):
+        return SimpleNamespace(logits=torch.tensor(rewards_with(self.bad, len(input_ids))).unsqueeze(1))
+
+
+def reward_trainer(tmp_path, reward, **kwargs) -> PODSTrainer:
+    tokenizer = char_tokenizer()
+    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, num_selected=2, max_steps=1))
+    return PODSTrainer(tiny_llama(tokenizer), reward, args, prompt_dataset(), processing_class=tokenizer, **kwargs)
+
+
+def score_four_samples(trainer: PODSTrainer) -> torch.Tensor:
+    prompts = [f"q{i}=" for i in range(4)]
+    completions = ["ab", "cd", "ef", "gh"]
+    ids = [trainer.processing_class(text)["input_ids"] for text in completions]
+    return trainer._calculate_rewards([{"prompt": p} for p in prompts], prompts, completions, ids)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_nonfinite_reward_of_a_function_names_it_and_the_sample(tmp_path, kind, bad):
+    """Checked before TRL turns None into NaN, so NaN is an error, not "does not apply"."""
+
+    def flaky(completions, **kwargs):
+        return rewards_with(bad, len(completions))
+
+    async def flaky_async(completions, **kwargs):
+        return rewards_with(bad, len(completions))
+
+    trainer = reward_trainer(tmp_path, flaky if kind == "sync" else flaky_async)
+    name = "flaky" if kind == "sync" else "flaky_async"
+    with pytest.raises(RewardError, match=rf"Reward function '{name}' returned {bad!r} for sample 2 \(prompt 'q2="):
+        score_four_samples(trainer)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_nonfinite_score_of_a_reward_model_names_it_and_the_sample(tmp_path, bad):
+    """A reward model never means "does not apply": a NaN score is an error like inf, not an unscorable rollout."""
+    trainer = reward_trainer(tmp_path, Scorer(bad), reward_processing_classes=[char_tokenizer()])
+    with pytest.raises(RewardError, match=rf"Reward model 'scorer' returned {bad!r} for sample 2 \(prompt 'q2="):
+        score_four_samples(trainer)
+
+
+def test_finite_scores_of_a_reward_model_pass(tmp_path):
+    trainer = reward_trainer(tmp_path, Scorer(0.25), reward_processing_classes=[char_tokenizer()])
+    assert score_four_samples(trainer).flatten().tolist() == [0.5, 0.5, 0.25, 0.5]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_nonfinite_reward_from_a_rollout_func_extra_field_names_the_sample(tmp_path, bad):
+    """A rollout function's extra field (here an environment's reward) reaches the reward function as a column."""
+
+    def rollouts_with_env_reward(prompts, trainer):
+        output = scripted_rollouts(prompts, trainer)
+        return {**output, "env_reward": rewards_with(bad, len(prompts))}
+
+    def env_reward(completions, env_reward, **kwargs):
+        return list(env_reward)
+
+    trainer = reward_trainer(tmp_path, env_reward, rollout_func=rollouts_with_env_reward)
+    with pytest.raises(RewardError, match=rf"Reward function 'env_reward' returned {bad!r} for sample 2 \(prompt "):
+        trainer.train()

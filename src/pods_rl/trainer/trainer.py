@@ -11,8 +11,9 @@ method. To remove the unselected rollouts before any of that, PODS hooks in at t
 3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
    reward metrics and table advantages with the pool's metrics and the advantages used.
 
-Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`), and every
-plain reward function is wrapped so that a failure or a NaN/inf reward names the function and the sample.
+Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`). Every
+reward function is wrapped so that a failure (sync ones) or a NaN/inf reward names the function and the sample,
+and a reward model's scores are checked once TRL has them (`_check_reward_models`): one policy for every kind.
 
 `tests/trainer/test_trl_contract.py` fails loudly if TRL changes the internals these hooks rely on.
 """
@@ -53,7 +54,8 @@ SELECTION_RNG_FILE = "pods_rng_state.safetensors"
 
 
 class RewardError(RuntimeError):
-    """A reward function failed or returned a NaN/inf reward; the message names the function and the sample."""
+    """A reward function failed, or a reward function or model gave a NaN/inf reward; the message names the
+    function and the sample."""
 
 
 class PODSTrainer(GRPOTrainer):
@@ -117,7 +119,7 @@ class PODSTrainer(GRPOTrainer):
         self._staging_dir: Path | None = None
         self.add_callback(_PhaseClock(self))
         self.reward_funcs = [
-            func if isinstance(func, nn.Module) or is_async_callable(func) else _guard_reward(func, name)
+            func if isinstance(func, nn.Module) else _guard_reward(func, name)
             for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
 
@@ -258,8 +260,30 @@ class PODSTrainer(GRPOTrainer):
             return rewards
         start = time.perf_counter()
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._check_reward_models(rewards, prompts, completions)
         self.phase_seconds["score"] += time.perf_counter() - start
         return rewards
+
+    def _check_reward_models(self, rewards: torch.Tensor, prompts: list, completions: list) -> None:
+        """Raise RewardError for a NaN/inf score of a reward model (nn.Module) in the gathered `rewards`.
+
+        A model never means "not applicable" (None, which TRL stores as NaN), so every non-finite score is an
+        error. Checked on the gathered rewards, so that every process raises, naming the first bad row."""
+        for column, (func, name) in enumerate(zip(self.reward_funcs, self.reward_func_names, strict=True)):
+            bad = (~torch.isfinite(rewards[:, column])).nonzero() if isinstance(func, nn.Module) else []
+            if not len(bad):
+                continue
+            row = bad[0, 0].item()
+            local = row - self.accelerator.process_index * len(prompts)
+            where = (
+                _sample(local, prompts, completions)
+                if 0 <= local < len(prompts)
+                else f"row {row} of the gathered batch (generated on another process)"
+            )
+            raise RewardError(
+                f"Reward model {name!r} returned {rewards[row, column].item()!r} for {where}: "
+                "reward models must score every sample with a finite number."
+            )
 
     def _down_sample(self, prompts: list, generated: tuple) -> tuple:
         """Score the pool, select rollouts on the gathered rewards and take this process's share of the selected rows.
@@ -488,10 +512,20 @@ def _std(values: torch.Tensor) -> float:
 
 
 def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:
-    """`func`, raising RewardError naming `name` and the sample when it raises or returns a NaN/inf reward.
+    """`func`, raising RewardError naming `name` and the sample when it returns a NaN/inf reward (checked before
+    TRL turns None into NaN) or, if synchronous, when it raises.
 
     None stays allowed: in TRL it means "this function does not apply to this sample".
     """
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def guarded_async(*, prompts: list, completions: list, **kwargs: Any) -> list:
+            rewards = await func(prompts=prompts, completions=completions, **kwargs)
+            _check_rewards(name, rewards, prompts, completions)
+            return rewards
+
+        return guarded_async
 
     @functools.wraps(func)
     def guarded(*, prompts: list, completions: list, **kwargs: Any) -> list:
@@ -505,15 +539,20 @@ def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:
                 else "a batch whose samples all pass on their own"
             )
             raise RewardError(f"Reward function {name!r} raised {type(error).__name__}: {error} on {where}.") from error
-        for index, reward in enumerate(rewards):
-            if reward is not None and not _is_finite_number(reward):
-                raise RewardError(
-                    f"Reward function {name!r} returned {reward!r} for {_sample(index, prompts, completions)}: "
-                    "rewards must be finite numbers (or None where the function does not apply)."
-                )
+        _check_rewards(name, rewards, prompts, completions)
         return rewards
 
     return guarded
+
+
+def _check_rewards(name: str, rewards: list, prompts: list, completions: list) -> None:
+    """Raise RewardError for the first reward that is neither None nor a finite number."""
+    for index, reward in enumerate(rewards):
+        if reward is not None and not _is_finite_number(reward):
+            raise RewardError(
+                f"Reward function {name!r} returned {reward!r} for {_sample(index, prompts, completions)}: "
+                "rewards must be finite numbers (or None where the function does not apply)."
+            )
 
 
 def _failing_sample(func: Callable[..., list], prompts: list, completions: list, kwargs: dict) -> int | None:

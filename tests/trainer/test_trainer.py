@@ -489,9 +489,12 @@ class Scorer(nn.Module):
         return SimpleNamespace(logits=torch.tensor(rewards_with(self.bad, len(input_ids))).unsqueeze(1))
 
 
-def reward_trainer(tmp_path, reward, **kwargs) -> PODSTrainer:
+def reward_trainer(tmp_path, reward, settings: dict | None = None, **kwargs) -> PODSTrainer:
+    """A PODSTrainer on the tiny model with n = 4, m = 2 (and `settings`), built from an in-memory model."""
     tokenizer = char_tokenizer()
-    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, num_selected=2, max_steps=1))
+    args = PODSConfig(
+        **fast_args(output_dir=str(tmp_path), num_generations=4, num_selected=2, max_steps=1, **(settings or {}))
+    )
     return PODSTrainer(tiny_llama(tokenizer), reward, args, prompt_dataset(), processing_class=tokenizer, **kwargs)
 
 
@@ -546,3 +549,87 @@ def test_nonfinite_reward_from_a_rollout_func_extra_field_names_the_sample(tmp_p
     trainer = reward_trainer(tmp_path, env_reward, rollout_func=rollouts_with_env_reward)
     with pytest.raises(RewardError, match=rf"Reward function 'env_reward' returned {bad!r} for sample 2 \(prompt "):
         trainer.train()
+
+
+def crafted_rollouts(pool: list[dict]):
+    """A rollout_func giving row i the rollout `pool[i % n]`: `model` tokens by the model, `env` environment tokens
+    among them (env_mask 0), ending in EOS unless `truncated`. The pool position travels as an extra field."""
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        a, b = tokenizer.convert_tokens_to_ids(["a", "b"])
+        completions, masks = [], []
+        for i in range(len(prompts)):
+            spec = pool[i % len(pool)]
+            last = a if spec.get("truncated") else tokenizer.eos_token_id
+            completions.append([a] * (spec["model"] - 1) + [b] * spec.get("env", 0) + [last])
+            masks.append([1] * (spec["model"] - 1) + [0] * spec.get("env", 0) + [1])
+        return {
+            "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
+            "completion_ids": completions,
+            "logprobs": [[-0.5] * len(ids) for ids in completions],
+            "env_mask": masks,
+            "position": [i % len(pool) for i in range(len(prompts))],
+        }
+
+    def reward(completions, position, **kwargs):
+        return [pool[p]["reward"] for p in position]
+
+    return rollout, reward
+
+
+def train_on_crafted_pool(tmp_path, pool: list[dict], **settings) -> tuple[list[int], dict, dict]:
+    """One generation (2 prompts, n = 4, m = 2) on `pool`: the trained pool positions, the output and the metrics."""
+    rollout, reward = crafted_rollouts(pool)
+    trainer = reward_trainer(tmp_path, reward, settings, rollout_func=rollout)
+    inputs = next(iter(trainer.get_train_dataloader()))
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(inputs)
+    metrics = {key: values[-1] for key, values in trainer._metrics["train"].items() if key.startswith("pods/")}
+    return [row["position"] for row in inputs], output, metrics
+
+
+def test_rows_whose_loss_is_masked_are_not_selected(tmp_path):
+    """With mask_truncated_completions, truncated rows with reward 0 would take the low-reward slot (the index
+    tie-break takes the highest index of equal rewards) and then train nothing; the complete row with reward 0
+    is taken instead."""
+    pool = [
+        dict(model=3, reward=1.0),
+        dict(model=3, reward=0.0),
+        dict(model=8, reward=0.0, truncated=True),
+        dict(model=8, reward=0.0, truncated=True),
+    ]
+    trained, output, metrics = train_on_crafted_pool(tmp_path, pool, mask_truncated_completions=True)
+    assert trained == [0, 1, 0, 1]
+    assert (output["completion_mask"].sum(dim=1) > 0).all()  # every trained row reaches the loss
+    assert metrics["pods/tokens_trained"] == 2 * (3 + 3)
+    assert metrics["pods/tokens_generated"] == 2 * (3 + 3 + 8 + 8)
+
+
+def test_a_pool_short_of_unmasked_rows_is_filled_with_masked_ones(tmp_path):
+    pool = [dict(model=3, reward=1.0), *[dict(model=8, reward=0.0, truncated=True)] * 3]
+    trained, output, metrics = train_on_crafted_pool(tmp_path, pool, mask_truncated_completions=True)
+    assert trained == [0, 1, 0, 1]  # m rows per prompt still, the filler by lowest index
+    assert output["completion_mask"].sum(dim=1).tolist() == [3, 0, 3, 0]
+    assert metrics["pods/tokens_trained"] == 2 * 3  # the masked rows' tokens reach no loss
+
+
+def test_truncated_rows_are_selected_when_their_loss_counts(tmp_path):
+    pool = [dict(model=3, reward=1.0), dict(model=3, reward=0.0), *[dict(model=8, reward=0.0, truncated=True)] * 2]
+    trained, _, _ = train_on_crafted_pool(tmp_path, pool)  # mask_truncated_completions=False: TRL's default
+    assert trained == [0, 3, 0, 3]
+
+
+def test_shortest_tie_break_and_token_metrics_count_the_models_tokens(tmp_path):
+    """Row 1 is the longest completion but has the fewest model tokens: environment output (env_mask 0) reaches
+    no loss, so it is the shortest among the equally good subsets {one of rows 0, 1} + {one of rows 2, 3}."""
+    pool = [
+        dict(model=6, reward=1.0),
+        dict(model=2, env=6, reward=1.0),
+        dict(model=3, reward=0.0),
+        dict(model=4, reward=0.0),
+    ]
+    trained, _, metrics = train_on_crafted_pool(tmp_path, pool, selection_tie_break="shortest")
+    assert trained == [1, 2, 1, 2]
+    assert metrics["pods/tokens_generated"] == 2 * (6 + 2 + 3 + 4)
+    assert metrics["pods/tokens_trained"] == 2 * (2 + 3)

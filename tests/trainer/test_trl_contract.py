@@ -50,3 +50,13 @@ def test_signatures_are_unchanged():
         "reward_funcs",
         "args",
     ]
+
+
+def test_loss_mask_is_the_one_selection_predicts():
+    """`_loss_masked` and `_model_tokens` predict which rows and tokens reach TRL's loss, by TRL's own rules."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "if self.mask_truncated_completions:" in source
+    assert "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]" in source
+    assert "is_truncated = torch.tensor([ids[-1] not in eos_and_pad for ids in completion_ids_list]" in source
+    assert "loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask" in source
+    assert 'tool_mask = extra_fields.pop("env_mask", None)' in inspect.getsource(GRPOTrainer._generate)

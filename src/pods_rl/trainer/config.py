@@ -62,7 +62,7 @@ class PODSConfig(GRPOConfig):
             cannot make up its rows that way takes m per prompt for that step (see `pods_rl.trainer.pools`).
         selection_tie_break (`str`, defaults to `"index"`):
             Among subsets of maximal variance, `"index"` takes the documented index order and `"shortest"` the
-            fewest completion tokens (max_variance only); see `pods_rl.select_rollouts`.
+            fewest completion tokens the loss sees (the model's; max_variance only); see `pods_rl.select_rollouts`.
     """
 
     num_selected: int | None = field(

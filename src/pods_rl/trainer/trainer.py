@@ -303,12 +303,17 @@ class PODSTrainer(GRPOTrainer):
         n, aggregation = self.pool_size, self.multi_objective_aggregation
         weights = self.reward_weights.to(rewards_per_func.device)
         scores, scorable = selection_scores(rewards_per_func, weights, n, aggregation)
-        # Completion tokens of every pool row (one small gather): the "shortest" tie-break and the token metrics.
-        local_lengths = torch.tensor(
-            [len(ids) for ids in completion_ids], dtype=torch.int32, device=self.accelerator.device
+        # Per pool row (one small gather): the model's completion tokens and whether TRL masks the row's loss.
+        local_rows = torch.tensor(
+            list(zip(_model_tokens(completion_ids, tool_mask), self._loss_masked(completion_ids), strict=True)),
+            dtype=torch.int32,
+            device=self.accelerator.device,
         )
-        lengths = self.accelerator.gather(local_lengths).cpu().view(-1, n)
-        selected = self._select(scores, scorable, lengths)
+        gathered = self.accelerator.gather(local_rows).cpu()
+        model_tokens, masked = gathered[:, 0].view(-1, n), gathered[:, 1].view(-1, n).bool()
+        loss_tokens = model_tokens.masked_fill(masked, 0)  # what the loss sees: the tie-break, the metrics
+        selectable = scorable & ~masked
+        selected = self._select(scores, selectable, loss_tokens)
         advantages = pool_advantages(
             rewards_per_func,
             weights,
@@ -357,7 +362,9 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics = grpo_metrics(
             rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
         )
-        self._log_selection(scores, scorable, selected, lengths, rows_to_move(plan, local_size))
+        self._log_selection(
+            scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
+        )
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -380,9 +387,10 @@ class PODSTrainer(GRPOTrainer):
             rows["tool_images"] or [],
         )
 
-    def _select(self, scores: torch.Tensor, scorable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def _select(self, scores: torch.Tensor, selectable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(G, n) bool mask of the rollouts the update sees, by the configured rule, from (G, n) selection scores
-        (NaN where unscorable) and completion lengths in tokens.
+        (NaN where unscorable), the rows to choose among (scorable and with a loss: a group short of them is
+        filled up with other rows) and the completion tokens the loss sees.
 
         `selection_budget="per_prompt"`: m per prompt. `"batch"`: each process's `per_device_train_batch_size x
         steps_per_generation` rows spread over its own pools (whole pools are local, checked by PODSConfig), so no
@@ -394,10 +402,18 @@ class PODSTrainer(GRPOTrainer):
         tie_lengths = lengths if args.selection_tie_break == "shortest" else None
         if args.selection_budget == "batch":
             block = args.per_device_train_batch_size * args.steps_per_generation // m  # pools per process
-            return select_per_block(scores, scorable, m, block, lengths=tie_lengths)
+            return select_per_block(scores, selectable, m, block, lengths=tie_lengths)
         return select_per_group(
-            scores, scorable, m, args.selection_rule, generator=self._selection_generator, lengths=tie_lengths
+            scores, selectable, m, args.selection_rule, generator=self._selection_generator, lengths=tie_lengths
         )
+
+    def _loss_masked(self, completion_ids: list[list[int]]) -> list[bool]:
+        """Per row, whether TRL will mask its loss: with `mask_truncated_completions`, a truncated completion, which
+        TRL tells by its last token being neither EOS nor pad."""
+        if not self.mask_truncated_completions:
+            return [False] * len(completion_ids)
+        ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        return [bool(ids) and ids[-1] not in ends for ids in completion_ids]
 
     def _align_environments(self, my_rows: torch.Tensor, local_size: int) -> None:
         """Keep `environments` row-aligned with the trained rows. Environments cannot move between processes: a row
@@ -413,12 +429,15 @@ class PODSTrainer(GRPOTrainer):
         self,
         scores: torch.Tensor,
         scorable: torch.Tensor,
+        selectable: torch.Tensor,
         selected: torch.Tensor,
-        lengths: torch.Tensor,
+        model_tokens: torch.Tensor,
+        loss_tokens: torch.Tensor,
         rows_moved: int,
     ) -> None:
         """Log what the selection kept, under `pods/`, so runs can be audited and costed. Rewards here are the
-        selection scores: the weighted sums (or, with normalize_then_sum, the normalised aggregates)."""
+        selection scores: the weighted sums (or, with normalize_then_sum, the normalised aggregates). Tokens are
+        the model's (not tool or environment output): all generated, and those the loss sees in trained rows."""
         metrics = self._metrics["train"]
         kept = selected & scorable
         pool_values, kept_values = scores[scorable], scores[kept]
@@ -432,7 +451,7 @@ class PODSTrainer(GRPOTrainer):
         if self.args.selection_rule == "max_variance" and self.args.selection_budget == "per_prompt":
             best = captured
         else:
-            best_mask = select_per_group(scores, scorable, self.num_selected, "max_variance")
+            best_mask = select_per_group(scores, selectable, self.num_selected, "max_variance")
             best = _squared_deviation(scores, best_mask & scorable)
         pool_var = _squared_deviation(scores, scorable) / scorable.sum(dim=1).clamp(min=1)
         selected_var = captured / kept.sum(dim=1).clamp(min=1)
@@ -447,8 +466,8 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/rollouts_generated"].append(float(scores.numel()))
         metrics["pods/rollouts_trained"].append(float(rows.sum()))
         metrics["pods/rows_moved"].append(float(rows_moved))
-        metrics["pods/tokens_generated"].append(float(lengths.sum()))
-        metrics["pods/tokens_trained"].append(float(lengths[selected].sum()))
+        metrics["pods/tokens_generated"].append(float(model_tokens.sum()))
+        metrics["pods/tokens_trained"].append(float(loss_tokens[selected].sum()))
 
 
 def _environment_placeholder(args: PODSConfig, factory: Any) -> Dataset | None:
@@ -460,6 +479,13 @@ def _environment_placeholder(args: PODSConfig, factory: Any) -> Dataset | None:
         return None
     prompts = args.generation_batch_size // args.num_selected
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
+
+
+def _model_tokens(completion_ids: list[list[int]], tool_mask: list[list[int]] | None) -> list[int]:
+    """Per row, the completion tokens the model generated: TRL's `tool_mask` marks tool and environment output 0."""
+    if tool_mask is None:
+        return [len(ids) for ids in completion_ids]
+    return [sum(mask) for mask in tool_mask]
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -190,6 +190,20 @@ def test_a_huge_reward_range_does_not_blur_the_other_groups(scale, huge_group_fi
     assert sizes == ([4, 2, 0] if huge_group_first else [2, 0, 4])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_matches_cpu():
+    generator = torch.Generator().manual_seed(0)
+    integer = torch.randint(0, 3, (32, 16), generator=generator).double()
+    continuous = torch.rand(32, 16, generator=generator, dtype=torch.float64) * 0.1 + integer
+    scaled = integer.clone()
+    scaled[::4] *= 1e7  # groups of very different ranges in one batch
+    for rewards in (integer, continuous, scaled):
+        cpu = select_batch(rewards, 32 * 4)
+        gpu = select_batch(rewards.cuda(), 32 * 4)
+        assert gpu.device.type == "cuda"
+        assert torch.equal(gpu.cpu(), cpu)
+
+
 def test_all_equal_batch_still_fills_the_budget_evenly():
     selected = select_batch(torch.zeros(4, 6), 10)
     assert selected.sum(dim=1).tolist() == [2, 2, 3, 3]  # the smallest sum of squares, then lexicographic

@@ -52,7 +52,8 @@ def select_per_group(
     maximal-variance subsets when (G, n) completion `lengths` are given). A group with fewer keeps all its scorable
     rollouts and is filled up to m with unscorable ones (lowest index first), which carry advantage 0: every group
     then has m rows, so each process still trains on its fixed share of rows and m == n trains exactly the rows
-    GRPO trains.
+    GRPO trains. (The trainer passes as `scorable` the rows selection may choose: it also leaves out rows whose
+    loss TRL masks, which then fill like unscorable ones and train nothing.)
     """
     chosen = torch.zeros_like(scorable)
     full = scorable.sum(dim=1) >= m

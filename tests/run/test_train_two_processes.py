@@ -97,25 +97,30 @@ CPU_FAILURES = {
     "use_cpu (what `pods train` sets without a GPU) accelerate 1.15 ignores DeepSpeed and runs DDP",
 }
 CPU_FAILURES["zero3"] = CPU_FAILURES["zero2"]
-# Each a shipped GPU config (on one machine, two processes), and what the command line changes in it.
-GPU_ENGINES = {
-    "fsdp1": ("fsdp.yaml", ["--fsdp_version", "1"]),
-    "zero2": ("zero2.yaml", []),
-    "zero3": ("zero3-multinode.yaml", []),
-}
+NO_GPU_PAIR = pytest.mark.skipif(torch.cuda.device_count() == 1, reason="needs two GPUs")
+NO_DEEPSPEED = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed: pip install deepspeed"
+)
 
 
-@pytest.mark.parametrize("engine", list(GPU_ENGINES))
-def test_pods_train_under_gpu_engines(engine, tiny_model_dir, tmp_path):
-    """FSDP1, ZeRO-2 and ZeRO-3 on two GPUs; on CPUs each skips with the cause."""
-    if not torch.cuda.is_available():
-        pytest.skip(CPU_FAILURES[engine])
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two GPUs")
-    if engine.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
-        pytest.skip("deepspeed is not installed: pip install deepspeed")
+def gpu_engine(name: str, config: str, changes: list[str], *marks) -> pytest.param:
+    """A shipped GPU config (run on one machine, two processes) and what the command line changes in it; on CPUs
+    the test skips with the cause."""
+    on_cpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=CPU_FAILURES[name])
+    return pytest.param(config, changes, id=name, marks=[on_cpu, NO_GPU_PAIR, *marks])
+
+
+@pytest.mark.parametrize(
+    ("config", "changes"),
+    [
+        gpu_engine("fsdp1", "fsdp.yaml", ["--fsdp_version", "1"]),
+        gpu_engine("zero2", "zero2.yaml", [], NO_DEEPSPEED),
+        gpu_engine("zero3", "zero3-multinode.yaml", [], NO_DEEPSPEED),
+    ],
+)
+def test_pods_train_under_gpu_engines(config, changes, tiny_model_dir, tmp_path):
+    """FSDP1, ZeRO-2 and ZeRO-3 on two GPUs."""
     out = tmp_path / "run"
-    config, changes = GPU_ENGINES[engine]
     command = [*config_launch(FSDP2_CPU.with_name(config)), *changes, "--num_machines", "1", "--num_processes", "2"]
     command += ["--machine_rank", "0"]
     command += ["-m", "pods_rl", "train", "--model", str(tiny_model_dir), "--output-dir", str(out), *SMALL_RUN]

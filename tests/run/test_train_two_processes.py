@@ -92,9 +92,9 @@ CPU_FAILURES = {
     "fsdp1": "FSDP1 on CPU processes fails in torch's FullyShardedDataParallel with `ValueError: Inconsistent compute "
     "device and `device_id` on rank 1: cpu vs cpu:0` (accelerate passes its device cpu:0 as device_id; FSDP1 takes "
     "a CPU module's compute device from the current device, `cpu`)",
-    "zero2": "DeepSpeed on CPU processes JIT-compiles its C++ shared-memory op (deepspeed_shm_comm, g++ and ninja) in "
-    "deepspeed.comm.init_distributed, in every launch's first process while the others wait on its lock; and with "
-    "use_cpu (what `pods train` sets without a GPU) accelerate 1.15 ignores DeepSpeed and runs DDP",
+    "zero2": "DeepSpeed on CPU processes JIT-compiles its C++ shared-memory op (deepspeed_shm_comm, with g++ and "
+    "ninja) in deepspeed.initialize -> deepspeed.comm.init_distributed, in the first process while the others wait "
+    "on its lock: it needs a C++ toolchain and the build runs inside the launch",
 }
 CPU_FAILURES["zero3"] = CPU_FAILURES["zero2"]
 NO_GPU_PAIR = pytest.mark.skipif(torch.cuda.device_count() == 1, reason="needs two GPUs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -248,9 +249,22 @@ def run_scenario(name: str, out: Path, num_processes: int, world_size: int, resu
         "rows_moved": [e["pods/rows_moved"] for e in trainer.state.log_history if "pods/rows_moved" in e],
         "table_tags": list(trainer._logs["extra"]["row_tag"]),
         "table_advantages": list(trainer._logs["advantages"]),
-        "params": {k: _full_tensor(v).tolist() for k, v in trainer.model.state_dict().items()},
-        "sharded": any(isinstance(p, DTensor) for p in trainer.model.parameters()),  # FSDP2 holds DTensor shards
+        "params": _full_params(trainer),
+        "wrapper": type(trainer.model_wrapped).__name__,
+        # FSDP2 holds DTensor shards, ZeRO-3 a partition of each parameter (an empty tensor plus `ds_tensor`).
+        "sharded": any(isinstance(p, DTensor) or hasattr(p, "ds_tensor") for p in trainer.model.parameters()),
     }
+
+
+def _full_params(trainer) -> dict[str, list]:
+    """Every parameter whole, gathered from its shards under FSDP2 or ZeRO-3 (collectives: every process calls)."""
+    gathered = contextlib.nullcontext()
+    if any(hasattr(p, "ds_tensor") for p in trainer.model.parameters()):
+        import deepspeed
+
+        gathered = deepspeed.zero.GatheredParameters(list(trainer.model.parameters()))
+    with gathered:
+        return {k: _full_tensor(v).tolist() for k, v in trainer.model.state_dict().items()}
 
 
 def _full_tensor(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,12 @@
-"""PODS on 2 and 4 CPU processes (gloo, DDP) and on 2 under FSDP2 trains what one process trains on the same global
-batch.
+"""PODS on 2 and 4 CPU processes (gloo, DDP) and on 2 under FSDP2, ZeRO-2 and ZeRO-3 trains what one process trains
+on the same global batch (the engines' configs: configs/accelerate/*-cpu.yaml).
 
 `support.SCENARIOS` run with `scripted_rollouts`, whose rollouts depend on the global row, not on the process
-count, so the pools are the same on 1, 2 and 4 processes. One launch per process count runs every scenario.
+count, so the pools are the same on 1, 2 and 4 processes. One launch per engine and process count runs every
+scenario.
 """
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -22,14 +24,34 @@ from support import (
 )
 
 SCRIPT = Path(__file__).with_name("multi_process_run.py")
-FSDP2_CPU = Path(__file__).parents[2] / "configs" / "accelerate" / "fsdp2-cpu.yaml"  # 2 processes
+CONFIGS = Path(__file__).parents[2] / "configs" / "accelerate"
+NEEDS_DEEPSPEED = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (pip install deepspeed; on a CPU it also needs g++, see docs/reliability.md)",
+)
+# What each engine wraps the model in, and whether every process holds only a shard of each parameter.
+WRAPPERS = {
+    "ddp": ("DistributedDataParallel", False),
+    "fsdp2": ("FSDPLlamaForCausalLM", True),
+    "zero2": ("DeepSpeedEngine", False),
+    "zero3": ("DeepSpeedEngine", True),
+}
 
 
-@pytest.fixture(scope="module", params=[("ddp", 2), ("ddp", 4), ("fsdp2", 2)], ids=lambda p: f"{p[0]}-{p[1]}-processes")
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(("ddp", 2), id="ddp-2-processes"),
+        pytest.param(("ddp", 4), id="ddp-4-processes"),
+        pytest.param(("fsdp2", 2), id="fsdp2-2-processes"),
+        pytest.param(("zero2", 2), id="zero2-2-processes", marks=NEEDS_DEEPSPEED),
+        pytest.param(("zero3", 2), id="zero3-2-processes", marks=NEEDS_DEEPSPEED),
+    ],
+)
 def launched(request, tmp_path_factory):
     engine, world = request.param
     out = tmp_path_factory.mktemp(f"{engine}-world{world}")
-    launch = config_launch(FSDP2_CPU) if engine == "fsdp2" else process_launch(world)
+    launch = process_launch(world) if engine == "ddp" else config_launch(CONFIGS / f"{engine}-cpu.yaml")
     result = subprocess.run(
         [*launch, str(SCRIPT), str(out)], env=launch_env(), capture_output=True, text=True, timeout=600
     )
@@ -37,13 +59,13 @@ def launched(request, tmp_path_factory):
     return engine, world, out
 
 
-def test_fsdp_shards_the_model(launched):
-    """Under the FSDP2 config every process holds its shard of each parameter (DTensors), not a DDP replica."""
+def test_engine_wraps_the_model(launched):
+    """Each engine's own wrapper; under FSDP2 and ZeRO-3 every process holds a shard of each parameter, not a copy."""
     engine, world, out = launched
     for scenario in [*SCENARIOS, "resumed"]:
         for rank in range(world):
             record = json.loads((out / scenario / f"rank{rank}.json").read_text())
-            assert record["sharded"] == (engine == "fsdp2")
+            assert (record["wrapper"], record["sharded"]) == WRAPPERS[engine]
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

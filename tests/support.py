@@ -24,9 +24,9 @@ def two_process_launch() -> list[str]:
 
 def launch_env() -> dict[str, str]:
     """Environment for a launched test script: it imports these test helpers and this checkout's package (not
-    whichever pods_rl is installed), one torch thread per process."""
+    whichever pods_rl is installed) first, then the caller's PYTHONPATH; one torch thread per process."""
     tests = Path(__file__).parent
-    paths = [str(tests), str(tests.parent / "src")]
+    paths = [str(tests), str(tests.parent / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
 
 

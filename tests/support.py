@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from torch.distributed.tensor import DTensor
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*=?.")
@@ -22,9 +24,9 @@ def two_process_launch() -> list[str]:
 
 def launch_env() -> dict[str, str]:
     """Environment for a launched test script: it imports these test helpers and this checkout's package (not
-    whichever pods_rl is installed), one torch thread per process."""
+    whichever pods_rl is installed) first, then the caller's PYTHONPATH; one torch thread per process."""
     tests = Path(__file__).parent
-    paths = [str(tests), str(tests.parent / "src")]
+    paths = [str(tests), str(tests.parent / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
 
 
@@ -32,14 +34,23 @@ def process_launch(num_processes: int) -> list[str]:
     """`accelerate launch` for `num_processes` CPU processes (torchrun + gloo) on a free port.
 
     accelerate 1.15 runs `--cpu` jobs in a single process; `--multi_gpu` starts torchrun, which uses gloo on a CPU.
-    A fresh port per launch keeps one test's rendezvous from colliding with a previous one still closing.
     """
+    return [*_accelerate_launch(), "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+
+
+def config_launch(config_file: Path) -> list[str]:
+    """`accelerate launch` with one of the shipped accelerate configs (its processes and engine), on a free port."""
+    return [*_accelerate_launch(), "--config_file", str(config_file), "--dynamo_backend", "no"]
+
+
+def _accelerate_launch() -> list[str]:
+    """A fresh port per launch keeps one test's rendezvous from colliding with a previous one still closing."""
     accelerate = Path(sys.executable).with_name("accelerate")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return [str(accelerate), "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
-            "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+    return [str(accelerate), "launch", "--main_process_port", str(port)]
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
@@ -238,5 +249,24 @@ def run_scenario(name: str, out: Path, num_processes: int, world_size: int, resu
         "rows_moved": [e["pods/rows_moved"] for e in trainer.state.log_history if "pods/rows_moved" in e],
         "table_tags": list(trainer._logs["extra"]["row_tag"]),
         "table_advantages": list(trainer._logs["advantages"]),
-        "params": {k: v.tolist() for k, v in trainer.model.state_dict().items()},
+        "params": _full_params(trainer),
+        "wrapper": type(trainer.model_wrapped).__name__,
+        # FSDP2 holds DTensor shards, ZeRO-3 a partition of each parameter (an empty tensor plus `ds_tensor`).
+        "sharded": any(isinstance(p, DTensor) or hasattr(p, "ds_tensor") for p in trainer.model.parameters()),
     }
+
+
+def _full_params(trainer) -> dict[str, list]:
+    """Every parameter whole, gathered from its shards under FSDP2 or ZeRO-3 (collectives: every process calls)."""
+    gathered = contextlib.nullcontext()
+    if any(hasattr(p, "ds_tensor") for p in trainer.model.parameters()):
+        import deepspeed
+
+        gathered = deepspeed.zero.GatheredParameters(list(trainer.model.parameters()))
+    with gathered:
+        return {k: _full_tensor(v).tolist() for k, v in trainer.model.state_dict().items()}
+
+
+def _full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor, gathered from every process if it is a DTensor shard (a collective: every process calls)."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

@@ -1,35 +1,76 @@
-"""PODS on 2 and 4 CPU processes (gloo) trains exactly what one process trains on the same global batch.
+"""PODS on 2 and 4 CPU processes (gloo, DDP) and on 2 under FSDP2, ZeRO-2 and ZeRO-3 trains what one process trains
+on the same global batch (the engines' configs: configs/accelerate/*-cpu.yaml).
 
 `support.SCENARIOS` run with `scripted_rollouts`, whose rollouts depend on the global row, not on the process
-count, so the pools are the same on 1, 2 and 4 processes. One launch per process count runs every scenario.
+count, so the pools are the same on 1, 2 and 4 processes. One launch per engine and process count runs every
+scenario.
 """
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from support import SCENARIOS, char_tokenizer, launch_env, process_launch, run_scenario, scripted_rollout
+from support import (
+    SCENARIOS,
+    char_tokenizer,
+    config_launch,
+    launch_env,
+    process_launch,
+    run_scenario,
+    scripted_rollout,
+)
 
 SCRIPT = Path(__file__).with_name("multi_process_run.py")
+CONFIGS = Path(__file__).parents[2] / "configs" / "accelerate"
+NEEDS_DEEPSPEED = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (pip install deepspeed; on a CPU it also needs g++, see docs/reliability.md)",
+)
+# What each engine wraps the model in, and whether every process holds only a shard of each parameter.
+WRAPPERS = {
+    "ddp": ("DistributedDataParallel", False),
+    "fsdp2": ("FSDPLlamaForCausalLM", True),
+    "zero2": ("DeepSpeedEngine", False),
+    "zero3": ("DeepSpeedEngine", True),
+}
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"{w}-processes")
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(("ddp", 2), id="ddp-2-processes"),
+        pytest.param(("ddp", 4), id="ddp-4-processes"),
+        pytest.param(("fsdp2", 2), id="fsdp2-2-processes"),
+        pytest.param(("zero2", 2), id="zero2-2-processes", marks=NEEDS_DEEPSPEED),
+        pytest.param(("zero3", 2), id="zero3-2-processes", marks=NEEDS_DEEPSPEED),
+    ],
+)
 def launched(request, tmp_path_factory):
-    world = request.param
-    out = tmp_path_factory.mktemp(f"world{world}")
-    env = launch_env()
+    engine, world = request.param
+    out = tmp_path_factory.mktemp(f"{engine}-world{world}")
+    launch = process_launch(world) if engine == "ddp" else config_launch(CONFIGS / f"{engine}-cpu.yaml")
     result = subprocess.run(
-        [*process_launch(world), str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=600
+        [*launch, str(SCRIPT), str(out)], env=launch_env(), capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
-    return world, out
+    return engine, world, out
+
+
+def test_engine_wraps_the_model(launched):
+    """Each engine's own wrapper; under FSDP2 and ZeRO-3 every process holds a shard of each parameter, not a copy."""
+    engine, world, out = launched
+    for scenario in [*SCENARIOS, "resumed"]:
+        for rank in range(world):
+            record = json.loads((out / scenario / f"rank{rank}.json").read_text())
+            assert (record["wrapper"], record["sharded"]) == WRAPPERS[engine]
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_same_training_as_one_process(launched, scenario, tmp_path):
-    world, out = launched
+    _, world, out = launched
     ranks = [json.loads((out / scenario / f"rank{r}.json").read_text()) for r in range(world)]
     reference = run_scenario(scenario, tmp_path, num_processes=1, world_size=world)
     settings = SCENARIOS[scenario]
@@ -71,7 +112,7 @@ def test_same_training_as_one_process(launched, scenario, tmp_path):
 def test_resume_draws_what_the_uninterrupted_run_drew(launched):
     """Resumed from the checkpoint after step 1 on every process, the random rule draws the same rollouts (the
     selection generator is restored everywhere) and training ends where the uninterrupted run ended."""
-    world, out = launched
+    _, world, out = launched
     for rank in range(world):
         whole = json.loads((out / "local" / f"rank{rank}.json").read_text())
         resumed = json.loads((out / "resumed" / f"rank{rank}.json").read_text())

@@ -247,6 +247,8 @@ def _train(
         )
         raise RunInterrupted(monitor.stop_signal)
 
+    if trainer.is_fsdp_enabled:  # with FSDP's sharded state dict (the checkpoints'), save_model writes nothing
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(str(output_dir / "final"))  # every process: sharded (ZeRO-3, FSDP) models gather here
     summary: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:

@@ -40,6 +40,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
 
 from pods_rl.trainer.config import PODSConfig
+from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
@@ -122,6 +123,10 @@ class PODSTrainer(GRPOTrainer):
             func if isinstance(func, nn.Module) else _guard_reward(func, name)
             for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
+
+    def create_accelerator_and_postprocess(self) -> None:
+        with fsdp_on_cpu_processes():  # accelerate would run an FSDP launch on CPU processes as DDP
+            super().create_accelerator_and_postprocess()
 
     # ------------------------------------------------------------------ checkpoints: atomic, with the selection RNG
     def _save_checkpoint(self, model, trial) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import shutil
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -38,10 +39,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
 
+from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
+from pods_rl.trainer.refill import GenerationStream
 from pods_rl.trainer.vllm import pool_sized_vllm
 
 PHASES = ("generate", "score", "select", "update")
@@ -68,6 +71,8 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        if args.dynamic_sampling and (kwargs.get("tools") or kwargs.get("environment_factory") is not None):
+            raise ValueError("dynamic_sampling supports neither tools nor environment_factory.")
         _environment_placeholder(args, kwargs)
         with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
             super().__init__(model, reward_funcs, args, **kwargs)
@@ -83,6 +88,11 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics: dict[str, float] = {}
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self._staging_dir: Path | None = None
+        # Dynamic sampling: where further prompts come from, and what the last step's rounds generated.
+        self._generation_stream = (
+            GenerationStream(args.steps_per_generation * self.num_iterations) if args.dynamic_sampling else None
+        )
+        self._rounds_generated: dict[str, float] = {}
         self.add_callback(_PhaseClock(self))
         self.reward_funcs = [
             func if isinstance(func, nn.Module) or is_async_callable(func) else _guard_reward(func, name)
@@ -135,10 +145,13 @@ class PODSTrainer(GRPOTrainer):
         return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
-        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have."""
+        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have,
+        and with dynamic sampling the data position (`pods_rl.trainer.refill`)."""
         super()._save_rng_state(output_dir)
         if self.args.should_save:
             save_file({"selection": self._selection_generator.get_state()}, str(Path(output_dir) / SELECTION_RNG_FILE))
+            if self._generation_stream is not None:
+                self._generation_stream.save(Path(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -147,6 +160,38 @@ class PODSTrainer(GRPOTrainer):
             self._selection_generator.set_state(load_file(str(path))["selection"])
 
     # ------------------------------------------------------------------ data: pools of n per prompt
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._generation_stream is not None:
+            self._generation_stream.taken(epoch_iterator, len(batches))
+        return batches, num_items
+
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ):
+        """With dynamic sampling, resume at the saved data position: refills consumed batches that the Trainer's
+        count of `global_step * gradient_accumulation_steps` does not know of."""
+        epochs_trained, batches_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if (
+            self._generation_stream is not None
+            and resume_from_checkpoint is not None
+            and not self.args.ignore_data_skip
+        ):
+            saved = self._generation_stream.resume(Path(resume_from_checkpoint))
+            if saved is not None:
+                epochs_trained, batches_trained = saved
+        return epochs_trained, batches_trained
+
+    def set_initial_training_values(self, args, dataloader):
+        """With dynamic sampling and max_steps, an epoch holds fewer steps than the Trainer counts (refills consume
+        its batches): run as many epochs as max_steps needs."""
+        values = super().set_initial_training_values(args, dataloader)
+        if self._generation_stream is not None and args.max_steps > 0:
+            return (sys.maxsize, *values[1:])
+        return values
+
     def get_train_dataloader(self):
         """Batches of this process's `local_pool_size` rows: whole pools of n per prompt, laid out prompt by prompt
         over the processes (the sampler for a map-style dataset, TRL's stream transform for an IterableDataset)."""
@@ -242,6 +287,11 @@ class PODSTrainer(GRPOTrainer):
         rewards_per_func = self._calculate_rewards(
             _merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids
         )
+        if self._generation_stream is not None:
+            generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
+            (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = (
+                generated
+            )
 
         start = time.perf_counter()
         n, aggregation = self.pool_size, self.multi_objective_aggregation
@@ -302,6 +352,8 @@ class PODSTrainer(GRPOTrainer):
             rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
         )
         self._log_selection(scores, scorable, selected, lengths, rows_to_move(plan, local_size))
+        if self._generation_stream is not None:
+            self._log_dynamic_sampling()
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -323,6 +375,94 @@ class PODSTrainer(GRPOTrainer):
             images,
             rows["tool_images"] or [],
         )
+
+    def _sample_dynamically(self, prompts: list, inputs: list, generated: tuple, rewards_per_func: torch.Tensor):
+        """Dynamic sampling: drop the pool's groups whose selection scores are all equal and generate the next
+        prompts of the training data until every process holds its groups (`pods_rl.core.dynamic_sampling`, prompts
+        from `pods_rl.trainer.refill`). Returns the kept pool's `generated` tuple and gathered rewards, and rewrites
+        `prompts` and `inputs` in place to its rows; each process keeps `len(prompts)` rows of its own rollouts."""
+        n, local_size, processes = self.pool_size, len(prompts), self.accelerator.num_processes
+        weights = self.reward_weights.to(rewards_per_func.device)
+
+        def informative(rewards: torch.Tensor) -> torch.Tensor:
+            scores = selection_scores(rewards, weights, n, self.multi_objective_aggregation)[0]
+            return informative_groups(scores).view(processes, -1)
+
+        rounds, rewards, kept = (
+            [_pool_columns(prompts, inputs, generated)],
+            [rewards_per_func],
+            [informative(rewards_per_func)],
+        )
+        while another_round_needed(kept, self.args.max_generation_rounds):
+            batch = self._generation_stream.draw()
+            if batch is None:  # the epoch has no generation batch left (on every process alike)
+                break
+            if "images" in batch[0] or "image" in batch[0]:
+                raise ValueError("dynamic_sampling supports text prompts only; the training data has images.")
+            batch_prompts = [row["prompt"] for row in batch]
+            start = time.perf_counter()
+            batch_generated = super()._generate(batch_prompts)
+            self.phase_seconds["generate"] += time.perf_counter() - start
+            (_, batch_ids, _, batch_completions, _, batch_extra, _, _) = batch_generated
+            batch_rewards = self._calculate_rewards(
+                _merge_extra_fields(batch, batch_extra), batch_prompts, batch_completions, batch_ids
+            )
+            rounds.append(_pool_columns(batch_prompts, batch, batch_generated))
+            rewards.append(batch_rewards)
+            kept.append(informative(batch_rewards))
+
+        plan = plan_groups(kept)  # (processes, groups, 2): the (round, group) of every slot
+        within = torch.arange(n)
+        rounds_of_rows = plan[..., 0, None].expand(-1, -1, n)
+        local_rows = plan[..., 1, None] * n + within  # row within its round's local pool
+        global_rows = local_rows + torch.arange(processes).view(-1, 1, 1) * local_size
+        device = rewards_per_func.device
+        pool_rewards = torch.stack(rewards)[rounds_of_rows.flatten().to(device), global_rows.flatten().to(device)]
+        mine = (rounds_of_rows * local_size + local_rows)[self.accelerator.process_index].flatten().tolist()
+        columns = {}
+        for key in dict.fromkeys(key for columns_of_round in rounds for key in columns_of_round):
+            values = [value for r in rounds for value in (r.get(key) or [None] * local_size)]
+            columns[key] = None if all(value is None for value in values) else [values[row] for row in mine]
+        for key, values in self._pending_extra_logs.items():  # reward functions logged one value per row, each round
+            if len(values) == len(rounds) * local_size:
+                self._pending_extra_logs[key] = [values[row] for row in mine]
+        prompts[:], inputs[:] = columns["prompt"], columns["input"]
+
+        generated_tokens = sum(len(ids) for r in rounds for ids in r["completion_ids"])
+        self._rounds_generated = {
+            "rounds": float(len(kept)),
+            "prompts": float(len(kept) * plan.shape[0] * plan.shape[1]),
+            "groups_dropped": (~torch.stack(kept)).double().mean().item(),
+            "tokens": self.accelerator.gather(torch.tensor([generated_tokens], device=device)).sum().item(),
+        }
+        extra = {key: value for key, value in generated[5].items() if not _per_row(value, local_size)}
+        extra.update({key[6:]: value for key, value in columns.items() if key.startswith("extra:")})
+        return (
+            (
+                columns["prompt_ids"],
+                columns["completion_ids"],
+                columns["tool_mask"],
+                columns["completion"],
+                columns["logprobs"],
+                extra,
+                columns["images"],
+                columns["tool_images"] or [],
+            ),
+            pool_rewards,
+        )
+
+    def _log_dynamic_sampling(self) -> None:
+        """Log what dynamic sampling's rounds generated (`pods/generation_rounds`, `pods/prompts_generated`,
+        `pods/groups_dropped_frac`, `pods/rollouts_per_trained_row`), and count every round's rollouts and tokens in
+        `pods/rollouts_generated` and `pods/tokens_generated`, which the cost model charges generation by."""
+        metrics, stats = self._metrics["train"], self._rounds_generated
+        rollouts = stats["prompts"] * self.pool_size
+        metrics["pods/rollouts_generated"][-1] = rollouts
+        metrics["pods/tokens_generated"][-1] = stats["tokens"]
+        metrics["pods/generation_rounds"].append(stats["rounds"])
+        metrics["pods/prompts_generated"].append(stats["prompts"])
+        metrics["pods/groups_dropped_frac"].append(stats["groups_dropped"])
+        metrics["pods/rollouts_per_trained_row"].append(rollouts / metrics["pods/rollouts_trained"][-1])
 
     def _select(self, scores: torch.Tensor, scorable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(G, n) bool mask of the rollouts the update sees, by the configured rule, from (G, n) selection scores
@@ -409,6 +549,23 @@ def _environment_placeholder(args: PODSConfig, kwargs: dict) -> None:
     ):
         prompts = args.generation_batch_size // args.num_selected
         kwargs["train_dataset"] = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * prompts})
+
+
+def _pool_columns(prompts: list, inputs: list, generated: tuple) -> dict[str, list | None]:
+    """One generation round's local rows, column by column (rollout_func's per-row extra fields as `extra:<key>`)."""
+    (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
+    return {
+        "prompt": prompts,
+        "input": inputs,
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "tool_mask": tool_mask,
+        "completion": completions,
+        "logprobs": logprobs,
+        "images": images,
+        "tool_images": tool_images or None,
+        **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, len(prompts))},
+    }
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -240,3 +240,47 @@ def run_scenario(name: str, out: Path, num_processes: int, world_size: int, resu
         "table_advantages": list(trainer._logs["advantages"]),
         "params": {k: v.tolist() for k, v in trainer.model.state_dict().items()},
     }
+
+
+def flagged_dataset(flags: str) -> Dataset:
+    """Prompt i is `v<i>=` where flags[i] is "1" (its rollouts' rewards vary) and `c<i>=` where it is "0" (equal)."""
+    return Dataset.from_dict({"prompt": [("v" if flag == "1" else "c") + f"{i:02d}=" for i, flag in enumerate(flags)]})
+
+
+def flag_reward(prompts: list[str], completions: list[str], row_tag: list[int], **kwargs) -> list[float]:
+    """Needs `scripted_rollouts`: a `v` prompt's rollouts get 0, 1, 2, 3 by their position in the pool of 4, a `c`
+    prompt's all 1."""
+    return [float(tag % 1000 % 4) if prompt[0] == "v" else 1.0 for prompt, tag in zip(prompts, row_tag, strict=True)]
+
+
+def run_dynamic_sampling(out: Path, flags: str, resume_from: Path | None = None, **overrides) -> dict:
+    """Train on `flagged_dataset(flags)` in order, with dynamic sampling over pools of 4 and `flag_reward`. Returns
+    the prompts and advantages this process trained at each generation, the losses and the dynamic-sampling
+    metrics."""
+    from pods_rl import PODSConfig, PODSTrainer
+
+    settings = dict(num_generations=4, shuffle_dataset=False, dynamic_sampling=True, max_steps=4, **overrides)
+    tokenizer = char_tokenizer()
+    trainer = PODSTrainer(
+        model=tiny_llama(tokenizer),
+        reward_funcs=flag_reward,
+        args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
+        train_dataset=flagged_dataset(flags),
+        processing_class=tokenizer,
+        rollout_func=scripted_rollouts,
+    )
+    generations = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        generations.append({"prompts": [row["prompt"] for row in inputs], "advantages": output["advantages"].tolist()})
+        return output
+
+    trainer._generate_and_score_completions = spy
+    trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    names = ("loss", "pods/generation_rounds", "pods/prompts_generated", "pods/rollouts_generated")
+    return {
+        "generations": generations,
+        **{name: [entry[name] for entry in trainer.state.log_history if name in entry] for name in names},
+    }

@@ -52,8 +52,8 @@ def plan_groups(informative_rounds: list[torch.Tensor]) -> torch.Tensor:
     last = rounds - 1
     plan = torch.empty((processes, groups, 2), dtype=torch.long)
     for process in range(processes):
-        kept = stacked[:, process].nonzero()  # (round, group) pairs in generation order
+        kept = stacked[:, process].nonzero()[:groups]  # (round, group) pairs in generation order
         fill = (~stacked[last, process]).nonzero().squeeze(1)[: groups - len(kept)]
         fill = torch.stack([torch.full_like(fill, last), fill], dim=1)
-        plan[process] = torch.cat([kept[:groups], fill])
+        plan[process] = torch.cat([kept, fill])
     return plan

@@ -50,7 +50,8 @@ class GenerationStream:
             self._iterator = iterator
             self.epoch, self.position = self._resume if self._resume is not None else (self.epoch + 1, 0)
             self._resume = None
-        self._next_generation = self.position + self.batches_per_generation
+        if count:  # the step generates from its first batch: the next generation batch starts R later
+            self._next_generation = self.position + self.batches_per_generation
         self.position += count
 
     def draw(self) -> list[Any] | None:

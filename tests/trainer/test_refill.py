@@ -159,3 +159,13 @@ def test_saved_position_is_where_a_resumed_stream_starts(tmp_path):
     resumed.taken(Copies(2, batches=5), 2)  # a new iterator: the next epoch
     assert (resumed.epoch, resumed.position) == (1, 2)
     assert GenerationStream(2).resume(tmp_path / "missing") is None
+
+
+def test_tools_are_refused_before_the_model_loads(tmp_path):
+    from support import fast_args
+
+    from pods_rl import PODSConfig, PODSTrainer
+
+    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, dynamic_sampling=True))
+    with pytest.raises(ValueError, match="dynamic_sampling supports neither tools nor environment_factory"):
+        PODSTrainer(model=str(tmp_path / "no-model"), reward_funcs=len, args=args, tools=[len])

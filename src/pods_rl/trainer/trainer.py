@@ -7,6 +7,8 @@ method. To remove the unselected rollouts before any of that, PODS hooks in at t
    select on the rewards of every pool (`_select`), give each process an equal, contiguous share of the selected
    rows (`exchange.take_rows`: rows move only when a pool spans processes), and shrink the caller's `prompts` and
    `inputs` lists in place to those rows. From here on TRL only ever sees the trained rows.
+   With `dynamic_sampling`, `_sample_dynamically` first drops the groups whose rewards are all equal and
+   generates further prompts of the training data in their place (`pods_rl.trainer.refill`).
 2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
 3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
    reward metrics and table advantages with the pool's metrics and the advantages used.
@@ -281,17 +283,11 @@ class PODSTrainer(GRPOTrainer):
         each process trains on an equal, contiguous share of them; a row generated on another process (only when a
         prompt's pool spans processes) is sent by `take_rows`, which moves nothing when all pools are local.
         """
-        (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
         inputs = self._pool_inputs
-        # TRL merges rollout_func's extra fields into the inputs only after `_generate`; the pool is scored here.
-        rewards_per_func = self._calculate_rewards(
-            _merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids
-        )
+        rewards_per_func = self._score_pool(prompts, inputs, generated)
         if self._generation_stream is not None:
             generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
-            (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = (
-                generated
-            )
+        (_, completion_ids, _, _, _, extra_fields, images, _) = generated
 
         start = time.perf_counter()
         n, aggregation = self.pool_size, self.multi_objective_aggregation
@@ -323,16 +319,7 @@ class PODSTrainer(GRPOTrainer):
         plan = global_rows.view(processes, share)
         local_size = len(prompts)
         columns = {
-            "prompt": prompts,
-            "input": inputs,
-            "prompt_ids": prompt_ids,
-            "completion_ids": completion_ids,
-            "completion": completions,
-            "tool_mask": tool_mask,
-            "logprobs": logprobs,
-            "images": images,
-            "tool_images": tool_images or None,  # an empty list when no tool ran
-            **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, local_size)},
+            **_pool_columns(prompts, inputs, generated),
             # Columns that reward functions logged through `log_extra`, one value per pool row.
             **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if _per_row(value, local_size)},
         }
@@ -376,6 +363,12 @@ class PODSTrainer(GRPOTrainer):
             rows["tool_images"] or [],
         )
 
+    def _score_pool(self, prompts: list, inputs: list, generated: tuple) -> torch.Tensor:
+        """Gathered (rows of every process, reward functions) rewards of a generated pool. TRL merges rollout_func's
+        extra fields into the inputs only after `_generate`; the pool is scored here, so merge them first."""
+        (_, completion_ids, _, completions, _, extra_fields, _, _) = generated
+        return self._calculate_rewards(_merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids)
+
     def _sample_dynamically(self, prompts: list, inputs: list, generated: tuple, rewards_per_func: torch.Tensor):
         """Dynamic sampling: drop the pool's groups whose selection scores are all equal and generate the next
         prompts of the training data until every process holds its groups (`pods_rl.core.dynamic_sampling`, prompts
@@ -385,15 +378,13 @@ class PODSTrainer(GRPOTrainer):
         weights = self.reward_weights.to(rewards_per_func.device)
 
         def informative(rewards: torch.Tensor) -> torch.Tensor:
+            """(processes, groups) bool: which of every process's groups vary."""
             scores = selection_scores(rewards, weights, n, self.multi_objective_aggregation)[0]
             return informative_groups(scores).view(processes, -1)
 
-        rounds, rewards, kept = (
-            [_pool_columns(prompts, inputs, generated)],
-            [rewards_per_func],
-            [informative(rewards_per_func)],
-        )
-        while another_round_needed(kept, self.args.max_generation_rounds):
+        rounds, rewards = [_pool_columns(prompts, inputs, generated)], [rewards_per_func]
+        masks = [informative(rewards_per_func)]
+        while another_round_needed(masks, self.args.max_generation_rounds):
             batch = self._generation_stream.draw()
             if batch is None:  # the epoch has no generation batch left (on every process alike)
                 break
@@ -403,15 +394,12 @@ class PODSTrainer(GRPOTrainer):
             start = time.perf_counter()
             batch_generated = super()._generate(batch_prompts)
             self.phase_seconds["generate"] += time.perf_counter() - start
-            (_, batch_ids, _, batch_completions, _, batch_extra, _, _) = batch_generated
-            batch_rewards = self._calculate_rewards(
-                _merge_extra_fields(batch, batch_extra), batch_prompts, batch_completions, batch_ids
-            )
+            batch_rewards = self._score_pool(batch_prompts, batch, batch_generated)
             rounds.append(_pool_columns(batch_prompts, batch, batch_generated))
             rewards.append(batch_rewards)
-            kept.append(informative(batch_rewards))
+            masks.append(informative(batch_rewards))
 
-        plan = plan_groups(kept)  # (processes, groups, 2): the (round, group) of every slot
+        plan = plan_groups(masks)  # (processes, groups, 2): the (round, group) of every slot
         within = torch.arange(n)
         rounds_of_rows = plan[..., 0, None].expand(-1, -1, n)
         local_rows = plan[..., 1, None] * n + within  # row within its round's local pool
@@ -430,9 +418,9 @@ class PODSTrainer(GRPOTrainer):
 
         generated_tokens = sum(len(ids) for r in rounds for ids in r["completion_ids"])
         self._rounds_generated = {
-            "rounds": float(len(kept)),
-            "prompts": float(len(kept) * plan.shape[0] * plan.shape[1]),
-            "groups_dropped": (~torch.stack(kept)).double().mean().item(),
+            "rounds": float(len(masks)),
+            "prompts": float(len(masks) * plan.shape[0] * plan.shape[1]),
+            "groups_dropped": (~torch.stack(masks)).double().mean().item(),
             "tokens": self.accelerator.gather(torch.tensor([generated_tokens], device=device)).sum().item(),
         }
         extra = {key: value for key, value in generated[5].items() if not _per_row(value, local_size)}
@@ -563,7 +551,7 @@ def _pool_columns(prompts: list, inputs: list, generated: tuple) -> dict[str, li
         "completion": completions,
         "logprobs": logprobs,
         "images": images,
-        "tool_images": tool_images or None,
+        "tool_images": tool_images or None,  # an empty list when no tool ran
         **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, len(prompts))},
     }
 

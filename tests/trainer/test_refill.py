@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import launch_env, run_dynamic_sampling, two_process_launch
+from support import char_tokenizer, launch_env, run_dynamic_sampling, scripted_rollout, two_process_launch
 
 from pods_rl.trainer.refill import GenerationStream
 
@@ -52,9 +52,13 @@ def prompt_rows(indices: list[int], flags: str, rows_per_prompt: int) -> list[st
 
 
 def check_against_simulation(run: dict, expected: list, process: int, flags: str, m: int, rows: int) -> None:
+    tokenizer = char_tokenizer()
     for generation, (_, trained) in zip(run["generations"], expected, strict=True):
         assert len(generation["prompts"]) == rows  # a fixed number of rows on every process
         assert generation["prompts"] == prompt_rows(trained[process], flags, m)
+        # Each row's rollout, extra field and prompt come from the same round's same row.
+        assert [tag // 100 for tag in generation["tags"]] == [int(p[1:3]) for p in generation["prompts"]]
+        assert generation["completion_ids"] == [scripted_rollout(tokenizer, tag)[0] for tag in generation["tags"]]
         # Every trained group of a varying prompt has variance, hence nonzero advantages; a fill group has none.
         for first in range(0, rows, m):
             advantages = generation["advantages"][first : first + m]
@@ -74,6 +78,8 @@ def test_trains_the_informative_prompts_in_data_order(tmp_path, m, rows):
     check_against_simulation(run, expected, 0, FLAGS, m, rows)
     assert run["pods/prompts_generated"] == [2.0 * r for r, _ in expected]
     assert run["pods/rollouts_generated"] == [8.0 * r for r, _ in expected]
+    # The completions table lists the last generation's trained rows, with the reward's log_extra column.
+    assert run["table_tags"] == run["generations"][-1]["tags"]
 
 
 @pytest.mark.slow
@@ -104,9 +110,10 @@ def test_two_processes_one_all_informative_one_all_equal(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     expected = simulate(TWO_PROCESS_FLAGS, processes=2, groups=2, max_rounds=3, steps=4)
     assert [r for r, _ in expected] == [3, 1, 3, 1]  # the round limit, a full batch, the epoch end
-    for process in range(2):
-        run = json.loads((tmp_path / f"rank{process}.json").read_text())
+    runs = [json.loads((tmp_path / f"rank{process}.json").read_text()) for process in range(2)]
+    for process, run in enumerate(runs):
         check_against_simulation(run, expected, process, TWO_PROCESS_FLAGS, m=2, rows=4)
+    assert runs[0]["table_tags"] == [tag for run in runs for tag in run["generations"][-1]["tags"]]
 
 
 class Copies:

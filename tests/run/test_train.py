@@ -133,6 +133,13 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "generation: HF generate",
     ]
     assert not out.exists()
+    dynamic = ["--set", "trainer.dynamic_sampling=true", "--set", "trainer.max_generation_rounds=4"]
+    result = runner.invoke(app, ["train", "--dry-run", "--output-dir", str(out), *dynamic])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        "run: tiny on arithmetic, PODS (max_variance) with dynamic sampling (up to 4 generation rounds of these per "
+        f"step), seed 0 -> {out}"
+    )
 
 
 @pytest.mark.parametrize(("gpu", "vllm", "options"), [(False, False, []), (True, False, []), (False, True, []),

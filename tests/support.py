@@ -270,3 +270,74 @@ def _full_params(trainer) -> dict[str, list]:
 def _full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor, gathered from every process if it is a DTensor shard (a collective: every process calls)."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def flagged_dataset(flags: str) -> Dataset:
+    """Prompt i is `v<i>=` where flags[i] is "1" (its rollouts' rewards vary) and `c<i>=` where it is "0" (equal)."""
+    return Dataset.from_dict({"prompt": [("v" if flag == "1" else "c") + f"{i:02d}=" for i, flag in enumerate(flags)]})
+
+
+def flag_rollouts(prompts: list, trainer) -> dict:
+    """A `rollout_func` whose rollouts depend only on the prompt and the position in its pool: row i of prompt
+    `v<k>=` or `c<k>=` gets the tag `100 * k + i % n` and the rollout `scripted_rollout(tag)`. Round, step, process
+    and resume do not change them."""
+    tokenizer, n = trainer.processing_class, trainer.args.num_generations
+    tags = [100 * int(prompt[1:3]) + i % n for i, prompt in enumerate(prompts)]
+    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
+    return {
+        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
+        "completion_ids": list(completions),
+        "logprobs": list(logprobs),
+        "row_tag": tags,
+    }
+
+
+def flag_reward(prompts: list[str], completions: list[str], row_tag: list[int], log_extra, **kwargs) -> list[float]:
+    """Needs `flag_rollouts`: a `v` prompt's rollouts get their position in the pool (0, 1, 2, ...), a `c` prompt's
+    all 1. Logs the tags to the completions table."""
+    log_extra("row_tag", list(row_tag))
+    return [float(tag % 100) if prompt[0] == "v" else 1.0 for prompt, tag in zip(prompts, row_tag, strict=True)]
+
+
+def run_dynamic_sampling(out: Path, flags: str, resume_from: Path | None = None, **overrides) -> dict:
+    """Train on `flagged_dataset(flags)` in order, with dynamic sampling over pools of 4, `flag_rollouts` and
+    `flag_reward`. Returns what this process trained at each generation (prompts, tags, completion ids,
+    advantages), the losses, the dynamic-sampling metrics and the completions table's tags."""
+    from pods_rl import PODSConfig, PODSTrainer
+
+    settings = dict(num_generations=4, shuffle_dataset=False, dynamic_sampling=True, max_steps=4, **overrides)
+    tokenizer = char_tokenizer()
+    trainer = PODSTrainer(
+        model=tiny_llama(tokenizer),
+        reward_funcs=flag_reward,
+        args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
+        train_dataset=flagged_dataset(flags),
+        processing_class=tokenizer,
+        rollout_func=flag_rollouts,
+    )
+    generations = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        masks = output["completion_mask"].bool()
+        generations.append(
+            {
+                "prompts": [row["prompt"] for row in inputs],
+                "tags": [row["row_tag"] for row in inputs],  # TRL merged the extra field into the inputs
+                "completion_ids": [
+                    row[mask].tolist() for row, mask in zip(output["completion_ids"], masks, strict=True)
+                ],
+                "advantages": output["advantages"].tolist(),
+            }
+        )
+        return output
+
+    trainer._generate_and_score_completions = spy
+    trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    names = ("loss", "pods/generation_rounds", "pods/prompts_generated", "pods/rollouts_generated")
+    return {
+        "generations": generations,
+        **{name: [entry[name] for entry in trainer.state.log_history if name in entry] for name in names},
+        "table_tags": list(trainer._logs["extra"]["row_tag"]),
+    }

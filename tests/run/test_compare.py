@@ -184,6 +184,15 @@ def test_resolve_compare_arms_and_batch_sizes(tmp_path):
     assert list(resolve_compare(config, [], only=["grpo"]).arms) == ["grpo"]
 
 
+def test_dynamic_sampling_arms(tmp_path):
+    """grpo-ds trains n = m with dynamic sampling, pods-ds filters then down-samples n -> m; both build a valid
+    PODSConfig from the built-in comparison."""
+    settings = resolve_compare(None, [], only=["grpo-ds", "pods-ds"])
+    configs = {name: settings.arm_settings(name, 0).trainer_config(tmp_path / name) for name in settings.arms}
+    sizes = {name: (c.num_generations, c.num_selected, c.dynamic_sampling) for name, c in configs.items()}
+    assert sizes == {"grpo-ds": (4, 4, True), "pods-ds": (16, 4, True)}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

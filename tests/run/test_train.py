@@ -133,6 +133,13 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "generation: HF generate",
     ]
     assert not out.exists()
+    dynamic = ["--set", "trainer.dynamic_sampling=true", "--set", "trainer.max_generation_rounds=4"]
+    result = runner.invoke(app, ["train", "--dry-run", "--output-dir", str(out), *dynamic])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        "run: tiny on arithmetic, PODS (max_variance) with dynamic sampling (up to 4 generation rounds of these per "
+        f"step), seed 0 -> {out}"
+    )
 
 
 @pytest.mark.parametrize(("gpu", "vllm", "options"), [(False, False, []), (True, False, []), (False, True, []),
@@ -166,3 +173,23 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
         "generation: vLLM (colocate)" if vllm and not options else "generation: HF generate",
     ]
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_metrics_land_in_the_step_records(tiny_model_dir, tmp_path):
+    """`--set trainer.dynamic_sampling=true`: every step record carries what the rounds generated, and the
+    generated-rollout count that `pods compare` and the cost model read counts every round."""
+    out = tmp_path / "run"
+    result = quick_train(tiny_model_dir, out, "--set", "trainer.dynamic_sampling=true")
+    assert result.exit_code == 0, result.output
+    steps = records(out, "step")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    prompts_per_round = 8 // 2  # 8 trained rows, m = 2
+    for step in steps:
+        rounds = step["pods/generation_rounds"]
+        assert rounds in (1, 2, 3)  # max_generation_rounds defaults to 3
+        assert step["pods/prompts_generated"] == rounds * prompts_per_round
+        assert step["pods/rollouts_generated"] == rounds * prompts_per_round * 4
+        assert step["pods/rollouts_trained"] == 8
+        assert step["pods/rollouts_per_trained_row"] == step["pods/rollouts_generated"] / 8
+        assert 0 <= step["pods/groups_dropped_frac"] <= 1

@@ -91,3 +91,25 @@ def test_batch_budget_needs_whole_pools_per_process(tmp_path, monkeypatch):
         make(tmp_path, selection_budget="batch", **kwargs)
     config = make(tmp_path, selection_budget="batch", **{**kwargs, "per_device_train_batch_size": 4})
     assert config.generation_batch_size == 8 and config.local_pool_size == 8  # one whole pool per process
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(max_generation_rounds=0), "max_generation_rounds must be >= 1, got 0"),
+        (dict(per_device_train_batch_size=2), r"every pool must lie on one process: .* \(2\) must be a multiple"),
+        (
+            dict(gradient_accumulation_steps=2, steps_per_generation=1),
+            r"steps_per_generation \* num_iterations \(1\) must be a multiple of gradient_accumulation_steps \(2\)",
+        ),
+    ],
+)
+def test_dynamic_sampling_settings_are_checked(tmp_path, monkeypatch, kwargs, message):
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: 2))
+    settings = dict(per_device_train_batch_size=4, num_generations=8, num_selected=4, dynamic_sampling=True)
+    assert make(tmp_path, **settings).max_generation_rounds == 3
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path, **{**settings, **kwargs})
+    # Without dynamic sampling only the round count is checked.
+    if "max_generation_rounds" not in kwargs:
+        make(tmp_path, **{**settings, **kwargs, "dynamic_sampling": False})

@@ -60,3 +60,18 @@ def test_loss_mask_is_the_one_selection_predicts():
     assert "is_truncated = torch.tensor([ids[-1] not in eos_and_pad for ids in completion_ids_list]" in source
     assert "loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask" in source
     assert 'tool_mask = extra_fields.pop("env_mask", None)' in inspect.getsource(GRPOTrainer._generate)
+
+
+def test_the_training_loop_feeds_dynamic_sampling():
+    """Dynamic sampling follows the loop's epoch iterator through `get_batch_samples`, tells a resumed loop its data
+    position through `_init_training_state`, and lifts the epoch count in `set_initial_training_values`."""
+    from transformers import Trainer
+
+    loop = inspect.getsource(Trainer._run_epoch)
+    assert "self.get_batch_samples(epoch_iterator, num_batches, self.args.device)" in loop
+    assert "skip_first_batches(train_dataloader, steps_trained_in_current_epoch)" in loop
+    assert "num_update_steps_trained = steps_trained_in_current_epoch // self.args.gradient_accumulation_steps" in loop
+    training = inspect.getsource(Trainer._inner_training_loop)
+    assert "epochs_trained, steps_trained_in_current_epoch = self._init_training_state(" in training
+    assert "for epoch in range(epochs_trained, num_train_epochs):" in training
+    assert "= self.set_initial_training_values(args, train_dataloader)" in training

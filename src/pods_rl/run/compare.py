@@ -57,6 +57,8 @@ def default_arms() -> dict[str, dict[str, Any]]:
         "pods": {"rule": "max_variance"},
         "pods-random": {"rule": "random"},
         "pods-max-reward": {"rule": "max_reward"},
+        "grpo-ds": {"n": "m", "trainer": {"dynamic_sampling": True}},
+        "pods-ds": {"rule": "max_variance", "trainer": {"dynamic_sampling": True}},
     }
 
 

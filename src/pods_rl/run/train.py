@@ -97,6 +97,8 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
     rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
     prompts = rows / m
     rule = "GRPO" if m == n else f"PODS ({args.selection_rule})"
+    if args.dynamic_sampling:
+        rule += f" with dynamic sampling (up to {args.max_generation_rounds} generation rounds of these per step)"
     stop = f"{args.max_steps} steps" + (f" or {settings.time_budget:g} s of training" if settings.time_budget else "")
     every = settings.eval.every_seconds
     schedule = (

@@ -16,7 +16,7 @@ TIE_BREAKS = ("index", "shortest")
 
 @dataclass
 class PODSConfig(GRPOConfig):
-    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus five.
+    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus seven.
 
     How the batch sizes count. `num_generations` is the pool size n: rollouts generated per prompt. `num_selected`
     is m: rollouts per prompt that reach the policy update. TRL's batch fields count rows *of the update*, exactly as
@@ -63,6 +63,17 @@ class PODSConfig(GRPOConfig):
         selection_tie_break (`str`, defaults to `"index"`):
             Among subsets of maximal variance, `"index"` takes the documented index order and `"shortest"` the
             fewest completion tokens the loss sees (the model's; max_variance only); see `pods_rl.select_rollouts`.
+        dynamic_sampling (`bool`, defaults to `False`):
+            DAPO's dynamic sampling: after a generation batch is scored, drop the prompt groups whose selection
+            scores are all equal (within `pods_rl.core.dynamic_sampling.TOLERANCE`) and generate the next prompts of
+            the training data, until every process holds its `per_device_train_batch_size * steps_per_generation / m`
+            informative groups or `max_generation_rounds` rounds have run; a process still short then fills up
+            with the last round's dropped groups (advantage 0). Selection (m of n) follows on the kept groups. Every
+            pool must lie on one process: that product must be a multiple of m. See `pods_rl.trainer.refill` for
+            what it does to steps and epochs.
+        max_generation_rounds (`int`, defaults to `3`):
+            K: generation rounds per step at most with `dynamic_sampling`, the first one included (1 drops nothing,
+            it only fills).
     """
 
     num_selected: int | None = field(
@@ -85,6 +96,15 @@ class PODSConfig(GRPOConfig):
     selection_tie_break: str = field(
         default="index",
         metadata={"help": "Among maximal-variance subsets: 'index' order or the 'shortest' completions."},
+    )
+
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "Drop prompt groups whose rewards are all equal and generate more prompts (DAPO)."},
+    )
+    max_generation_rounds: int = field(
+        default=3,
+        metadata={"help": "With dynamic_sampling: generation rounds per step at most, the first one included."},
     )
 
     def __post_init__(self) -> None:
@@ -137,6 +157,25 @@ class PODSConfig(GRPOConfig):
                 f"selection_budget='batch' spreads each process's rows over its own prompts, so every prompt's pool "
                 f"must lie on one process: per_device_train_batch_size * steps_per_generation ({local_trained_rows}) "
                 f"must be a multiple of num_selected ({self.num_selected})."
+            )
+        if self.max_generation_rounds < 1:
+            raise ValueError(f"max_generation_rounds must be >= 1, got {self.max_generation_rounds}.")
+        if self.dynamic_sampling:
+            self._check_dynamic_sampling(local_trained_rows)
+
+    def _check_dynamic_sampling(self, local_trained_rows: int) -> None:
+        if local_trained_rows % self.num_selected:
+            raise ValueError(
+                f"dynamic_sampling keeps or drops whole pools on the process that generated them, so every pool must "
+                f"lie on one process: per_device_train_batch_size * steps_per_generation ({local_trained_rows}) must "
+                f"be a multiple of num_selected ({self.num_selected})."
+            )
+        copies = self.steps_per_generation * self.num_iterations
+        if copies % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"dynamic_sampling draws further generation batches at the start of an optimizer step: "
+                f"steps_per_generation * num_iterations ({copies}) must be a multiple of gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps})."
             )
 
     @property

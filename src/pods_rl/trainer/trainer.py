@@ -7,6 +7,8 @@ method. To remove the unselected rollouts before any of that, PODS hooks in at t
    select on the rewards of every pool (`_select`), give each process an equal, contiguous share of the selected
    rows (`exchange.take_rows`: rows move only when a pool spans processes), and shrink the caller's `prompts` and
    `inputs` lists in place to those rows. From here on TRL only ever sees the trained rows.
+   With `dynamic_sampling`, `_sample_dynamically` first drops the groups whose rewards are all equal and
+   generates further prompts of the training data in their place (`pods_rl.trainer.refill`).
 2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
 3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
    reward metrics and table advantages with the pool's metrics and the advantages used.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import shutil
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -39,11 +42,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
 
+from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
+from pods_rl.trainer.refill import GenerationStream
 from pods_rl.trainer.vllm import pool_sized_vllm
 
 PHASES = ("generate", "score", "select", "update")
@@ -87,6 +92,8 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        if args.dynamic_sampling and (tools or environment_factory is not None):
+            raise ValueError("dynamic_sampling supports neither tools nor environment_factory.")
         if train_dataset is None:
             train_dataset = _environment_placeholder(args, environment_factory)
         with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
@@ -118,6 +125,11 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics: dict[str, float] = {}
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self._staging_dir: Path | None = None
+        # Dynamic sampling: where further prompts come from, and what the last step's rounds generated.
+        self._generation_stream = (
+            GenerationStream(args.steps_per_generation * self.num_iterations) if args.dynamic_sampling else None
+        )
+        self._rounds_generated: dict[str, float] = {}
         self.add_callback(_PhaseClock(self))
         self.reward_funcs = [
             func if isinstance(func, nn.Module) else _guard_reward(func, name)
@@ -174,10 +186,13 @@ class PODSTrainer(GRPOTrainer):
         return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
-        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have."""
+        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have,
+        and with dynamic sampling the data position (`pods_rl.trainer.refill`)."""
         super()._save_rng_state(output_dir)
         if self.args.should_save:
             save_file({"selection": self._selection_generator.get_state()}, str(Path(output_dir) / SELECTION_RNG_FILE))
+            if self._generation_stream is not None:
+                self._generation_stream.save(Path(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -186,6 +201,38 @@ class PODSTrainer(GRPOTrainer):
             self._selection_generator.set_state(load_file(str(path))["selection"])
 
     # ------------------------------------------------------------------ data: pools of n per prompt
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._generation_stream is not None:
+            self._generation_stream.taken(epoch_iterator, len(batches))
+        return batches, num_items
+
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ):
+        """With dynamic sampling, resume at the saved data position: refills consumed batches that the Trainer's
+        count of `global_step * gradient_accumulation_steps` does not know of."""
+        epochs_trained, batches_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if (
+            self._generation_stream is not None
+            and resume_from_checkpoint is not None
+            and not self.args.ignore_data_skip
+        ):
+            saved = self._generation_stream.resume(Path(resume_from_checkpoint))
+            if saved is not None:
+                epochs_trained, batches_trained = saved
+        return epochs_trained, batches_trained
+
+    def set_initial_training_values(self, args, dataloader):
+        """With dynamic sampling and max_steps, an epoch holds fewer steps than the Trainer counts (refills consume
+        its batches): run as many epochs as max_steps needs."""
+        values = super().set_initial_training_values(args, dataloader)
+        if self._generation_stream is not None and args.max_steps > 0:
+            return (sys.maxsize, *values[1:])
+        return values
+
     def get_train_dataloader(self):
         """Batches of this process's `local_pool_size` rows: whole pools of n per prompt, laid out prompt by prompt
         over the processes (the sampler for a map-style dataset, TRL's stream transform for an IterableDataset)."""
@@ -297,12 +344,11 @@ class PODSTrainer(GRPOTrainer):
         each process trains on an equal, contiguous share of them; a row generated on another process (only when a
         prompt's pool spans processes) is sent by `take_rows`, which moves nothing when all pools are local.
         """
-        (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
         inputs = self._pool_inputs
-        # TRL merges rollout_func's extra fields into the inputs only after `_generate`; the pool is scored here.
-        rewards_per_func = self._calculate_rewards(
-            _merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids
-        )
+        rewards_per_func = self._score_pool(prompts, inputs, generated)
+        if self._generation_stream is not None:
+            generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
+        (_, completion_ids, tool_mask, _, _, extra_fields, images, _) = generated
 
         start = time.perf_counter()
         n, aggregation = self.pool_size, self.multi_objective_aggregation
@@ -339,16 +385,7 @@ class PODSTrainer(GRPOTrainer):
         plan = global_rows.view(processes, share)
         local_size = len(prompts)
         columns = {
-            "prompt": prompts,
-            "input": inputs,
-            "prompt_ids": prompt_ids,
-            "completion_ids": completion_ids,
-            "completion": completions,
-            "tool_mask": tool_mask,
-            "logprobs": logprobs,
-            "images": images,
-            "tool_images": tool_images or None,  # an empty list when no tool ran
-            **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, local_size)},
+            **_pool_columns(prompts, inputs, generated),
             # Columns that reward functions logged through `log_extra`, one value per pool row.
             **{f"log:{key}": value for key, value in self._pending_extra_logs.items() if _per_row(value, local_size)},
         }
@@ -370,6 +407,8 @@ class PODSTrainer(GRPOTrainer):
         self._log_selection(
             scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
         )
+        if self._generation_stream is not None:
+            self._log_dynamic_sampling()
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -391,6 +430,95 @@ class PODSTrainer(GRPOTrainer):
             images,
             rows["tool_images"] or [],
         )
+
+    def _score_pool(self, prompts: list, inputs: list, generated: tuple) -> torch.Tensor:
+        """Gathered (rows of every process, reward functions) rewards of a generated pool. TRL merges rollout_func's
+        extra fields into the inputs only after `_generate`; the pool is scored here, so merge them first."""
+        (_, completion_ids, _, completions, _, extra_fields, _, _) = generated
+        return self._calculate_rewards(_merge_extra_fields(inputs, extra_fields), prompts, completions, completion_ids)
+
+    def _sample_dynamically(self, prompts: list, inputs: list, generated: tuple, rewards_per_func: torch.Tensor):
+        """Dynamic sampling: drop the pool's groups whose selection scores are all equal and generate the next
+        prompts of the training data until every process holds its groups (`pods_rl.core.dynamic_sampling`, prompts
+        from `pods_rl.trainer.refill`). Returns the kept pool's `generated` tuple and gathered rewards, and rewrites
+        `prompts` and `inputs` in place to its rows; each process keeps `len(prompts)` rows of its own rollouts."""
+        n, local_size, processes = self.pool_size, len(prompts), self.accelerator.num_processes
+        weights = self.reward_weights.to(rewards_per_func.device)
+
+        def informative(rewards: torch.Tensor) -> torch.Tensor:
+            """(processes, groups) bool: which of every process's groups vary."""
+            scores = selection_scores(rewards, weights, n, self.multi_objective_aggregation)[0]
+            return informative_groups(scores).view(processes, -1)
+
+        rounds, rewards = [_pool_columns(prompts, inputs, generated)], [rewards_per_func]
+        masks = [informative(rewards_per_func)]
+        while another_round_needed(masks, self.args.max_generation_rounds):
+            batch = self._generation_stream.draw()
+            if batch is None:  # the epoch has no generation batch left (on every process alike)
+                break
+            if "images" in batch[0] or "image" in batch[0]:
+                raise ValueError("dynamic_sampling supports text prompts only; the training data has images.")
+            batch_prompts = [row["prompt"] for row in batch]
+            start = time.perf_counter()
+            batch_generated = super()._generate(batch_prompts)
+            self.phase_seconds["generate"] += time.perf_counter() - start
+            batch_rewards = self._score_pool(batch_prompts, batch, batch_generated)
+            rounds.append(_pool_columns(batch_prompts, batch, batch_generated))
+            rewards.append(batch_rewards)
+            masks.append(informative(batch_rewards))
+
+        plan = plan_groups(masks)  # (processes, groups, 2): the (round, group) of every slot
+        within = torch.arange(n)
+        rounds_of_rows = plan[..., 0, None].expand(-1, -1, n)
+        local_rows = plan[..., 1, None] * n + within  # row within its round's local pool
+        global_rows = local_rows + torch.arange(processes).view(-1, 1, 1) * local_size
+        device = rewards_per_func.device
+        pool_rewards = torch.stack(rewards)[rounds_of_rows.flatten().to(device), global_rows.flatten().to(device)]
+        mine = (rounds_of_rows * local_size + local_rows)[self.accelerator.process_index].flatten().tolist()
+        columns = {}
+        for key in dict.fromkeys(key for columns_of_round in rounds for key in columns_of_round):
+            values = [value for r in rounds for value in (r.get(key) or [None] * local_size)]
+            columns[key] = None if all(value is None for value in values) else [values[row] for row in mine]
+        for key, values in self._pending_extra_logs.items():  # reward functions logged one value per row, each round
+            if len(values) == len(rounds) * local_size:
+                self._pending_extra_logs[key] = [values[row] for row in mine]
+        prompts[:], inputs[:] = columns["prompt"], columns["input"]
+
+        generated_tokens = sum(len(ids) for r in rounds for ids in r["completion_ids"])
+        self._rounds_generated = {
+            "rounds": float(len(masks)),
+            "prompts": float(len(masks) * plan.shape[0] * plan.shape[1]),
+            "groups_dropped": (~torch.stack(masks)).double().mean().item(),
+            "tokens": self.accelerator.gather(torch.tensor([generated_tokens], device=device)).sum().item(),
+        }
+        extra = {key: value for key, value in generated[5].items() if not _per_row(value, local_size)}
+        extra.update({key[6:]: value for key, value in columns.items() if key.startswith("extra:")})
+        return (
+            (
+                columns["prompt_ids"],
+                columns["completion_ids"],
+                columns["tool_mask"],
+                columns["completion"],
+                columns["logprobs"],
+                extra,
+                columns["images"],
+                columns["tool_images"] or [],
+            ),
+            pool_rewards,
+        )
+
+    def _log_dynamic_sampling(self) -> None:
+        """Log what dynamic sampling's rounds generated (`pods/generation_rounds`, `pods/prompts_generated`,
+        `pods/groups_dropped_frac`, `pods/rollouts_per_trained_row`), and count every round's rollouts and tokens in
+        `pods/rollouts_generated` and `pods/tokens_generated`, which the cost model charges generation by."""
+        metrics, stats = self._metrics["train"], self._rounds_generated
+        rollouts = stats["prompts"] * self.pool_size
+        metrics["pods/rollouts_generated"][-1] = rollouts
+        metrics["pods/tokens_generated"][-1] = stats["tokens"]
+        metrics["pods/generation_rounds"].append(stats["rounds"])
+        metrics["pods/prompts_generated"].append(stats["prompts"])
+        metrics["pods/groups_dropped_frac"].append(stats["groups_dropped"])
+        metrics["pods/rollouts_per_trained_row"].append(rollouts / metrics["pods/rollouts_trained"][-1])
 
     def _select(self, scores: torch.Tensor, selectable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(G, n) bool mask of the rollouts the update sees, by the configured rule, from (G, n) selection scores
@@ -491,6 +619,23 @@ def _model_tokens(completion_ids: list[list[int]], tool_mask: list[list[int]] | 
     if tool_mask is None:
         return [len(ids) for ids in completion_ids]
     return [sum(mask) for mask in tool_mask]
+
+
+def _pool_columns(prompts: list, inputs: list, generated: tuple) -> dict[str, list | None]:
+    """One generation round's local rows, column by column (rollout_func's per-row extra fields as `extra:<key>`)."""
+    (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images) = generated
+    return {
+        "prompt": prompts,
+        "input": inputs,
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "tool_mask": tool_mask,
+        "completion": completions,
+        "logprobs": logprobs,
+        "images": images,
+        "tool_images": tool_images or None,  # an empty list when no tool ran
+        **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, len(prompts))},
+    }
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -6,6 +6,7 @@ import pytest
 
 from pods_rl.run.statistics import (
     TimeToTarget,
+    band,
     compare_to_baseline,
     geometric_mean_interval,
     mean_accuracy,
@@ -139,15 +140,23 @@ def test_resolution_warnings():
         ([0, 10, 20, 30, 40, 50], [0.0, 0.1, 0.2, 0.3, 0.4, 0.9]),  # at 44 s in [40, 50]: 10 < 44 / 4, fine
         (TIMES, [0.0, 0.1, 0.2, 0.3]),  # censored: no resolution warning
     ]
-    warnings = resolution_warnings("pods", arm, 0.6, baseline=False)
+    warnings = resolution_warnings("pods", [0, 1, 2, 3], arm, 0.6, baseline=False)
     assert len(warnings) == 2
-    assert warnings[0].startswith("pods, seed #0 reaches the target at its first evaluation (10 s)")
-    assert warnings[1].startswith("pods, seed #1 crosses the target between evaluations at 30 and 40 s")
-    last = resolution_warnings("grpo", [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=True)
+    assert warnings[0].startswith("pods, seed 0 reaches the target at its first evaluation (10 s)")
+    assert warnings[1].startswith("pods, seed 1 crosses the target between evaluations at 30 and 40 s")
+    last = resolution_warnings("grpo", [5], [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=True)
     assert len(last) == 1 and "only at its last evaluation (30 s)" in last[0]
-    assert resolution_warnings("grpo", [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=False)[0].startswith(
-        "grpo, seed #0 crosses"  # the same run as an arm: the bracket [20, 30] is wider than 26.7 / 4
+    assert resolution_warnings("grpo", [5], [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=False)[0].startswith(
+        "grpo, seed 5 crosses"  # the same run as an arm: the bracket [20, 30] is wider than 26.7 / 4
     )
-    assert resolution_warnings("x", [(TIMES, [0.9, 0.9, 0.9, 0.9])], 0.6, baseline=False)[0].startswith(
-        "x, seed #0 reaches the target at its first evaluation (0 s)"
+    assert resolution_warnings("x", [0], [(TIMES, [0.9, 0.9, 0.9, 0.9])], 0.6, baseline=False)[0].startswith(
+        "x, seed 0 reaches the target at its first evaluation (0 s)"
     )
+
+
+def test_band_interpolates_onto_the_union_of_times():
+    result = band([([0, 10, 20], [0.0, 0.4, 0.8]), ([0, 5, 10], [0.2, 0.6, 0.6])])
+    assert result["train_seconds"] == [0, 5, 10, 20]
+    assert result["mean"] == pytest.approx([0.1, 0.4, 0.5, 0.7])  # the second seed is held at 0.6 after t = 10
+    assert result["min"] == pytest.approx([0.0, 0.2, 0.4, 0.6])
+    assert result["max"] == pytest.approx([0.2, 0.6, 0.6, 0.8])

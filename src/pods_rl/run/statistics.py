@@ -165,12 +165,14 @@ def compare_to_baseline(baseline: Sequence[Curve], arm: Sequence[Curve], target:
     }
 
 
-def resolution_warnings(name: str, curves: Sequence[Curve], target: float, *, baseline: bool) -> list[str]:
-    """Where the evaluation schedule, not the training, decides a time to target."""
+def resolution_warnings(
+    name: str, seeds: Sequence[int], curves: Sequence[Curve], target: float, *, baseline: bool
+) -> list[str]:
+    """Where the evaluation schedule, not the training, decides a time to target (`seeds` label the curves)."""
     warnings = []
-    for seed, (times, values) in enumerate(curves):
+    for seed, (times, values) in zip(seeds, curves, strict=True):
         hit = time_to_target(times, values, target)
-        where = f"{name}, seed #{seed}"
+        where = f"{name}, seed {seed}"
         if hit.censored:
             continue
         if hit.below is None or (len(times) > 1 and hit.reached == times[1]):

@@ -6,6 +6,7 @@ more rows per process than it trains, so that engine would decode each pool in n
 `GRPOTrainer.__init__` runs, `pool_sized_vllm` hands TRL a `VLLMGeneration` whose `max_num_seqs` is the pool.
 On a CPU the engine also runs eagerly: vLLM would otherwise compile the model with inductor during the first
 generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the run's training time).
+`evaluation_engine` lends the same engine to the held-out evaluation, with the policy's current weights.
 `tests/trainer/test_vllm.py` checks the TRL and vLLM internals this relies on.
 """
 
@@ -49,6 +50,31 @@ def pool_sized_vllm(args: PODSConfig) -> Iterator[None]:
         sized = functools.partial(grpo_trainer.VLLMGeneration, max_num_seqs=pool_rows_per_engine(args))
         stack.enter_context(_replaced(grpo_trainer, "VLLMGeneration", _overriding(sized)))
         yield
+
+
+def evaluates_on_engine(args: PODSConfig) -> bool:
+    """Whether held-out evaluation can use the run's own vLLM engine: colocated, one per process, always awake."""
+    return (
+        args.use_vllm
+        and args.vllm_mode == "colocate"
+        and args.vllm_tensor_parallel_size == 1
+        and not args.vllm_enable_sleep_mode
+    )
+
+
+def evaluation_engine(trainer: Any) -> Any:
+    """The trainer's vLLM engine holding the policy's current weights, or None (evaluate with HF generate).
+
+    TRL syncs the weights into the engine before a step's generation, so after the step's update the engine is one
+    update behind: sync now, and mark this step as synced so the next generation does not sync again. Every process
+    must call this (the sync gathers sharded parameters).
+    """
+    if not evaluates_on_engine(trainer.args):
+        return None
+    if trainer._last_loaded_step != trainer.state.global_step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+    return trainer.vllm_generation.llm
 
 
 def _overriding(partial: functools.partial):

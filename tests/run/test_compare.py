@@ -4,10 +4,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 import pods_rl.trainer.config
 from pods_rl.cli import app
+from pods_rl.run import compare
 from pods_rl.run.compare import resolve_compare
 from pods_rl.run.compare_report import write_comparison
 from pods_rl.run.compare_summary import summarize
@@ -267,3 +269,60 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert trainers["pods"].get("selection_budget", "per_prompt") == "per_prompt"
     assert settings.base["time_budget"] is None and {t["max_steps"] for t in trainers.values()} == {30}
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}
+
+
+TUNED_ACCURACY = {"grpo": {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4}, "pods": {1e-5: 0.2, 2e-5: 0.5, 4e-5: 0.7}}
+
+
+def _fake_pods_train(calls: list[tuple[str, float, int]]):
+    """Stands in for the `pods train` process: writes the run folder a finished run leaves (config.yaml,
+    metrics.jsonl, summary.json), with an accuracy that depends on the arm and the learning rate only."""
+
+    def train(settings, run_dir: Path) -> None:
+        trainer = settings.trainer
+        arm = "grpo" if trainer["num_generations"] == trainer["num_selected"] else "pods"
+        rate = trainer["learning_rate"]
+        calls.append((arm, rate, settings.seed))
+        accuracy = TUNED_ACCURACY[arm][rate]
+        n, m = trainer["num_generations"], trainer["num_selected"]
+        record = _run([0, 10, 20], [0.1, accuracy, accuracy], 2 * n, 2 * m)
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(settings.to_dict()))
+        lines = [{"type": "step", **s} for s in record["step"]] + [{"type": "eval", **e} for e in record["eval"]]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        (run_dir / "summary.json").write_text(json.dumps({"steps": 2, "peak_accuracy": accuracy}))
+
+    return train
+
+
+def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every_run(tmp_path, monkeypatch):
+    calls: list[tuple[str, float, int]] = []
+    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train(calls))
+    grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
+    settings = resolve_compare(None, [grid], only=["grpo", "pods"])
+    out = tmp_path / "cmp"
+    comparison = compare.run_comparison(settings, out, console=Console(quiet=True))
+    tuning = [(arm, rate, 7) for arm in ("grpo", "pods") for rate in grid["lr_grid"]]
+    assert calls == [*tuning, ("grpo", 2e-5, 0), ("pods", 4e-5, 0), ("grpo", 2e-5, 1), ("pods", 4e-5, 1)]
+    chosen = comparison["learning_rates"]["arms"]
+    assert {name: arm["chosen"] for name, arm in chosen.items()} == {"grpo": 2e-5, "pods": 4e-5}
+    # The window 0-20 s: (0.1 + a) / 2 x 10 + a x 10, over 20 s.
+    assert chosen["pods"]["mean_accuracy"] == pytest.approx({"1e-05": 0.175, "2e-05": 0.4, "4e-05": 0.55})
+    assert (out / "tuning" / "pods" / "lr-4e-05" / "seed-7" / "summary.json").exists()
+    markdown = (out / "comparison.md").read_text()
+    assert "## Learning rates, tuned on seeds [7]" in markdown
+    assert "| pods | 17.5 | 40.0 | **55.0** | 4e-05 |" in markdown
+
+    again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
+    assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
+
+
+def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():
+    with pytest.raises(ValueError, match="overlap seeds"):
+        resolve_compare(None, [{"lr_grid": [1e-5], "tuning_seeds": [0], "seeds": [0, 1]}])
+    with pytest.raises(ValueError, match="needs tuning_seeds"):
+        resolve_compare(None, [{"lr_grid": [1e-5]}])
+    with pytest.raises(ValueError, match=r"set trainer\.learning_rate"):
+        resolve_compare(
+            None, [{"lr_grid": [1e-5], "tuning_seeds": [9], "arms": {"pods": {"trainer": {"learning_rate": 1e-4}}}}]
+        )

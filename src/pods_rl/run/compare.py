@@ -27,7 +27,7 @@ from rich.table import Table
 
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.compare_report import results_tables, rule_text, write_comparison
-from pods_rl.run.compare_summary import summarize
+from pods_rl.run.compare_summary import choose_learning_rates, summarize
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.settings import RunSettings, merge, read_yaml
 
@@ -87,6 +87,8 @@ class CompareSettings:
     baseline: str
     target_accuracy: float | None = None  # an absolute target; replaces `target` x the baseline's peak when set
     metric: str = "accuracy"
+    lr_grid: list[float] | None = None  # each arm's learning rate is chosen from these on the tuning seeds
+    tuning_seeds: list[int] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, where: str = "compare settings") -> CompareSettings:
@@ -120,6 +122,7 @@ class CompareSettings:
             raise ValueError(f"{where}: metric accuracy_sampled needs eval.sampled_k > 0 (samples per question).")
         if not isinstance(self.arms, dict) or not self.arms:
             raise ValueError(f"{where}: arms must be a non-empty mapping of arm name to settings.")
+        self._check_tuning(where)
         for name, arm in self.arms.items():
             if not isinstance(arm, dict):
                 raise ValueError(f"{where}: arm {name!r} must be a mapping, got {arm!r}.")
@@ -131,6 +134,26 @@ class CompareSettings:
                 raise ValueError(f"{where}: arm {name!r}: n and m must be integers or 'n' / 'm', got {arm!r}.")
             self.arm_settings(name, self.seeds[0])  # validates the arm's run settings now, not hours later
 
+    def _check_tuning(self, where: str) -> None:
+        if self.lr_grid is None and self.tuning_seeds is None:
+            return
+        grid, seeds = self.lr_grid or [], self.tuning_seeds or []
+        if not grid or not all(isinstance(rate, float) and rate > 0 for rate in grid) or len(set(grid)) < len(grid):
+            raise ValueError(f"{where}: lr_grid must be a list of distinct positive learning rates, got {grid!r}.")
+        if not seeds or not all(isinstance(s, int) for s in seeds):
+            raise ValueError(f"{where}: lr_grid needs tuning_seeds, a non-empty list of integers; got {seeds!r}.")
+        if set(seeds) & set(self.seeds):
+            raise ValueError(
+                f"{where}: tuning_seeds {seeds} overlap seeds {self.seeds}: the reported seeds must be "
+                "ones the tuning never saw."
+            )
+        tuned = [name for name, arm in self.arms.items() if "learning_rate" in (arm.get("trainer") or {})]
+        if tuned:
+            raise ValueError(
+                f"{where}: arm(s) {tuned} set trainer.learning_rate; with lr_grid every arm's rate is "
+                "chosen from the grid."
+            )
+
     def arm_sizes(self, name: str) -> tuple[int, int, str]:
         """The arm's pool size n, trained size m and rule; 'n' and 'm' refer to the comparison's values."""
         arm = self.arms[name]
@@ -138,12 +161,15 @@ class CompareSettings:
         n, m = (sizes.get(value, value) for value in (arm.get("n", "n"), arm.get("m", "m")))
         return n, m, arm.get("rule", "max_variance")
 
-    def arm_settings(self, name: str, seed: int) -> RunSettings:
-        """The full run settings of one arm and seed: base, then the arm's overrides, then n, m, rule and batch."""
+    def arm_settings(self, name: str, seed: int, learning_rate: float | None = None) -> RunSettings:
+        """The full run settings of one arm and seed: base, then the arm's overrides, then n, m, rule and batch (and
+        the learning rate, when it is tuned)."""
         arm = self.arms[name]
         n, m, rule = self.arm_sizes(name)
         data = merge(self.base, {k: v for k, v in arm.items() if k not in ARM_KEYS})
         trainer = {"num_generations": n, "num_selected": m, "selection_rule": rule}
+        if learning_rate is not None:
+            trainer["learning_rate"] = learning_rate
         if "per_device_train_batch_size" not in (arm.get("trainer") or {}):
             accumulation = data["trainer"].get("gradient_accumulation_steps", 1)
             rows = self.prompts_per_step * m
@@ -237,12 +263,60 @@ def run_comparison(
         load_run_task(settings.arm_settings(next(iter(settings.arms)), settings.seeds[0]))  # its data can be read
         replace_output_dir(output_dir, replace=replace)  # every check passed: only now is a folder replaced
         (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+    learning_rates = None
+    if settings.lr_grid:
+        # Tuning first, on seeds the reported runs never use: every arm gets the same grid and the same seeds.
+        tuning = {
+            (name, rate, seed): (_tuning_dir(output_dir, name, rate, seed), settings.arm_settings(name, seed, rate))
+            for seed in settings.tuning_seeds
+            for name in settings.arms
+            for rate in settings.lr_grid
+        }
+        _train_runs(
+            {f"tuning {name} lr {rate:g} seed {seed}": run for (name, rate, seed), run in tuning.items()}, console
+        )
+        learning_rates = choose_learning_rates(
+            settings,
+            {
+                name: {
+                    rate: [load_run(tuning[name, rate, seed][0]) for seed in settings.tuning_seeds]
+                    for rate in settings.lr_grid
+                }
+                for name in settings.arms
+            },
+        )
+    chosen = {
+        name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms
+    }
     # Seed by seed, every arm in turn: slow drifts in machine load (shared cores) hit every arm alike.
-    runs = [(name, seed) for seed in settings.seeds for name in settings.arms]
-    for index, (name, seed) in enumerate(runs, start=1):
-        run_dir = output_dir / name / f"seed-{seed}"
-        planned = settings.arm_settings(name, seed)
-        label = f"[{index}/{len(runs)}] {name} seed {seed}"
+    _train_runs(
+        {
+            f"{name} seed {seed}": (output_dir / name / f"seed-{seed}", settings.arm_settings(name, seed, chosen[name]))
+            for seed in settings.seeds
+            for name in settings.arms
+        },
+        console,
+    )
+    records = {
+        name: [load_run(output_dir / name / f"seed-{seed}") for seed in settings.seeds] for name in settings.arms
+    }
+    comparison = summarize(settings, records, learning_rates)
+    write_comparison(output_dir, comparison)
+    for table in results_tables(comparison):
+        console.print(table)
+    for warning in comparison["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {warning}")
+    return comparison
+
+
+def _tuning_dir(output_dir: Path, name: str, rate: float, seed: int) -> Path:
+    return output_dir / "tuning" / name / f"lr-{rate:g}" / f"seed-{seed}"
+
+
+def _train_runs(runs: dict[str, tuple[Path, RunSettings]], console: Console) -> None:
+    """Train each (folder, settings) in order, one `pods train` process each; finished runs are kept."""
+    for index, (what, (run_dir, planned)) in enumerate(runs.items(), start=1):
+        label = f"[{index}/{len(runs)}] {what}"
         if _finished(run_dir, planned):
             console.print(f"{label}: done earlier, kept")
             continue
@@ -254,16 +328,6 @@ def run_comparison(
             f"{label}: {summary['steps']} steps, peak accuracy {summary['peak_accuracy']:.3f}, "
             f"{time.perf_counter() - start:.0f} s wall"
         )
-    records = {
-        name: [load_run(output_dir / name / f"seed-{seed}") for seed in settings.seeds] for name in settings.arms
-    }
-    comparison = summarize(settings, records)
-    write_comparison(output_dir, comparison)
-    for table in results_tables(comparison):
-        console.print(table)
-    for warning in comparison["warnings"]:
-        console.print(f"[bold yellow]warning:[/] {warning}")
-    return comparison
 
 
 def load_compare(output_dir: Path) -> CompareSettings:

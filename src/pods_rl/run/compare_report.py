@@ -276,7 +276,7 @@ of training (censored). Speedup: the estimate [lowest, highest the brackets allo
 
 {_markdown_table(PER_SEED_COLUMNS, _per_seed_rows(comparison))}
 
-## Seconds per step: measured and predicted
+{_learning_rates_markdown(comparison["learning_rates"])}## Seconds per step: measured and predicted
 
 {_markdown_table(("arm", *PHASES, "measured total", "predicted"), cost_rows)}
 
@@ -294,6 +294,35 @@ When PODS pays:
 ## Definitions
 
 {definitions}
+"""
+
+
+def _learning_rates_markdown(learning_rates: dict[str, Any] | None) -> str:
+    """The tuning's grid results and each arm's chosen rate; empty when the rates were not tuned."""
+    if learning_rates is None:
+        return ""
+    grid = [f"{rate:g}" for rate in learning_rates["grid"]]
+    rows = [
+        (
+            name,
+            *(
+                f"**{100 * arm['mean_accuracy'][rate]:.1f}**"
+                if rate == f"{arm['chosen']:g}"
+                else f"{100 * arm['mean_accuracy'][rate]:.1f}"
+                for rate in grid
+            ),
+            f"{arm['chosen']:g}",
+        )
+        for name, arm in learning_rates["arms"].items()
+    ]
+    table = _markdown_table(("arm", *(f"lr {rate}" for rate in grid), "chosen"), rows)
+    return f"""## Learning rates, tuned on seeds {learning_rates["tuning_seeds"]}
+
+Mean accuracy over the window (%) of each rate; the rule: {learning_rates["rule"]}. The reported seeds above
+ran at each arm's chosen rate and were never used to choose it.
+
+{table}
+
 """
 
 

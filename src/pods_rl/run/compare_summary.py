@@ -18,6 +18,7 @@ from pods_rl.run.statistics import (
     WIDE_BRACKET,
     band,
     compare_to_baseline,
+    mean_accuracy,
     peak,
     resolution_warnings,
     time_to_target,
@@ -50,8 +51,35 @@ def target_accuracy(settings: CompareSettings, baseline_peak: float | None) -> f
     return None if baseline_peak is None else settings.target * baseline_peak
 
 
-def summarize(settings: CompareSettings, records: Records) -> dict[str, Any]:
-    """The comparison of `records` run with `settings` (a CompareSettings): everything comparison.json holds."""
+LR_RULE = (
+    "per arm, the rate of lr_grid with the highest mean accuracy over the window (each tuning run's curve from its "
+    "start to its end), averaged over the tuning seeds; a tie goes to the lower rate"
+)
+
+
+def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[float, list[dict]]]) -> dict[str, Any]:
+    """Each arm's learning rate by `LR_RULE`, from its tuning runs ({arm: {rate: per-seed records}})."""
+    arms = {}
+    for name, by_rate in tuning.items():
+        scores = {
+            rate: float(np.mean([_window_accuracy(run["eval"], settings.metric) for run in runs]))
+            for rate, runs in by_rate.items()
+        }
+        chosen = min(scores, key=lambda rate: (-scores[rate], rate))
+        arms[name] = {"chosen": chosen, "mean_accuracy": {f"{rate:g}": score for rate, score in scores.items()}}
+    return {"rule": LR_RULE, "grid": settings.lr_grid, "tuning_seeds": settings.tuning_seeds, "arms": arms}
+
+
+def _window_accuracy(evaluations: list[dict], metric: str) -> float:
+    times = [e["train_seconds"] for e in evaluations]
+    return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])
+
+
+def summarize(
+    settings: CompareSettings, records: Records, learning_rates: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The comparison of `records` run with `settings`: everything comparison.json holds. `learning_rates`: the
+    tuning's choice (`choose_learning_rates`), when the arms' rates were tuned."""
     metric = settings.metric
     curves = {
         name: [([e["train_seconds"] for e in run["eval"]], [e[metric] for e in run["eval"]]) for run in runs]
@@ -101,6 +129,7 @@ def summarize(settings: CompareSettings, records: Records) -> dict[str, Any]:
             "peak": PEAK,
         },
         "arms": arms,
+        "learning_rates": learning_rates,
         "summary": summary_lines(settings.baseline, arms),
         "cost_model": {
             "phases": cost_model.to_dict(),

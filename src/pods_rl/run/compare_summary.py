@@ -177,14 +177,26 @@ def _censoring(censored: dict[str, int]) -> str:
 
 
 def _warnings(settings: CompareSettings, records: Records, curves: dict[str, list], target: float | None) -> list[str]:
-    """Conditions under which the numbers mean little: no baseline, a target met untrained, unequal starts, figures
-    bound by the evaluation schedule, runs that never reach the target."""
+    """Conditions under which the numbers mean little: no baseline, unequal starts, and `_target_warnings`."""
     warnings = []
     if settings.baseline not in records:
         warnings.append(f"The baseline arm {settings.baseline!r} was not run: no target, times or speedups.")
+    if target is not None:
+        warnings += _target_warnings(settings, curves, target)
+    for index, seed in enumerate(settings.seeds):
+        starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
+        if max(starts.values()) - min(starts.values()) > 1e-9:
+            warnings.append(
+                f"Seed {seed}: the accuracy before training differs between arms {starts}; the arms did not start "
+                "from the same model, evaluation set or code."
+            )
+    return warnings
+
+
+def _target_warnings(settings: CompareSettings, curves: dict[str, list], target: float) -> list[str]:
+    """A target met untrained, figures bound by the evaluation schedule, runs that never reach the target."""
+    warnings = []
     for name, arm_curves in curves.items():
-        if target is None:
-            break
         if name == settings.baseline and all(values[0] >= target for _, values in arm_curves):
             warnings.append(
                 "The target is met before any training in every baseline seed: train longer, raise the target or "
@@ -197,13 +209,6 @@ def _warnings(settings: CompareSettings, records: Records, curves: dict[str, lis
             warnings.append(
                 f"{name}: {never} of {len(arm_curves)} seed(s) never reached the target; they enter the speedups at "
                 "their training time (censored), which makes those speedups bounds, not estimates."
-            )
-    for index, seed in enumerate(settings.seeds):
-        starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
-        if max(starts.values()) - min(starts.values()) > 1e-9:
-            warnings.append(
-                f"Seed {seed}: the accuracy before training differs between arms {starts}; the arms did not start "
-                "from the same model, evaluation set or code."
             )
     return warnings
 

@@ -4,7 +4,7 @@ import importlib.util
 import pytest
 
 # The vLLM tests need vLLM, which the default environment does not hold: `make test` runs them in `make vllm`'s.
-VLLM_TESTS = ("test_vllm.py", "test_vllm_cpu.py")
+VLLM_TESTS = ("test_vllm.py", "test_vllm_cpu.py", "test_evaluation_vllm.py")
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -291,12 +291,4 @@ def compare(
     except (ValueError, ArmFailed) as error:
         _fail(error)
     console.print(f"[bold green]done:[/] {output_dir}/comparison.md")
-    typer.echo(
-        json.dumps(
-            {
-                name: {k: result[k] for k in ("time_to_target", "speedup")}
-                for name, result in comparison["arms"].items()
-            },
-            indent=2,
-        )
-    )
+    typer.echo("\n".join(comparison["summary"]))  # one line per arm: speedup, interval, seeds, accuracy

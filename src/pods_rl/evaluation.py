@@ -1,8 +1,17 @@
-"""Held-out pass@1 accuracy: greedy, and/or sampled at a temperature and averaged over k samples."""
+"""Held-out pass@1 accuracy: greedy, and/or sampled at a temperature and averaged over k samples.
+
+Completions come from HF `generate` on the model, or from a vLLM engine holding the same weights (a run that
+generates with vLLM evaluates on its engine: much faster). Both see the same prompts (the chat template, tokenized
+without special tokens), stop at the tokenizer's EOS or the token limit, are decoded by the same tokenizer and graded
+by the same reward, so they differ only where the engine's arithmetic does (vLLM's CPU engine runs in bf16).
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -11,6 +20,39 @@ from transformers import StoppingCriteriaList
 
 RewardFunc = Callable[..., list[float]]
 Progress = Callable[[int], None]  # completions generated so far in this evaluation
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one pass decodes: greedy (temperature None) or sampled at `temperature` with full top-p and top-k."""
+
+    max_new_tokens: int
+    temperature: float | None = None
+    seed: int = 0  # of a sampled pass on vLLM (HF generate draws from torch's RNG, seeded by `evaluate`)
+
+    def hf_kwargs(self) -> dict[str, Any]:
+        if self.temperature is None:
+            return {"max_new_tokens": self.max_new_tokens, "do_sample": False}
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": True,
+            "temperature": self.temperature,
+            "top_p": 1.0,
+            "top_k": 0,
+        }
+
+    def vllm_params(self, eos_token_id: int):
+        from vllm import SamplingParams
+
+        sampled = self.temperature is not None
+        return SamplingParams(
+            max_tokens=self.max_new_tokens,
+            temperature=self.temperature if sampled else 0.0,
+            top_p=1.0,
+            top_k=0,
+            seed=self.seed if sampled else None,
+            stop_token_ids=[eos_token_id],
+        )
 
 
 class _FinishedRows:
@@ -29,14 +71,18 @@ class _FinishedRows:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+def _prompt_texts(tokenizer, prompts: list[list[dict]]) -> list[str]:
+    return [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+
+
 def _generate(
-    model, tokenizer, prompts: list[list[dict]], gen_kwargs: dict, finished: Callable[[int], None]
+    model, tokenizer, prompts: list[list[dict]], decoding: Decoding, finished: Callable[[int], None]
 ) -> list[str]:
     """Batched left-padded generation of one completion per prompt; returns the decoded completions.
 
     `finished` receives the number of rows that have ended whenever it changes during generation.
     """
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    texts = _prompt_texts(tokenizer, prompts)
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # so that every row's completion starts at the same position
     try:
@@ -49,19 +95,35 @@ def _generate(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         stopping_criteria=StoppingCriteriaList([_FinishedRows(prompt_length, tokenizer.eos_token_id, finished)]),
-        **gen_kwargs,
+        **decoding.hf_kwargs(),
     )
     return tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
 
 
+def _generate_vllm(
+    engine, tokenizer, prompts: list[list[dict]], decoding: Decoding, finished: Callable[[int], None]
+) -> list[str]:
+    """One completion per prompt from a vLLM engine, tokenized and decoded as `_generate` does."""
+    token_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in _prompt_texts(tokenizer, prompts)]
+    outputs = engine.generate(
+        [{"prompt_token_ids": ids} for ids in token_ids],
+        decoding.vllm_params(tokenizer.eos_token_id),
+        use_tqdm=False,
+    )
+    finished(len(outputs))
+    return tokenizer.batch_decode([list(o.outputs[0].token_ids) for o in outputs], skip_special_tokens=True)
+
+
+Generate = Callable[[list[list[dict]], Decoding, Callable[[int], None]], list[str]]
+
+
 def _reward_sum(
-    model,
-    tokenizer,
+    generate: Generate,
     dataset: Dataset,
     counted: int,
     reward: RewardFunc,
     batch_size: int,
-    gen_kwargs: dict,
+    decoding: Decoding,
     progress: Progress,
 ) -> float:
     """Sum of the rewards of one completion for each of the first `counted` rows (the rest only fill the batches).
@@ -72,9 +134,7 @@ def _reward_sum(
     for start in range(0, len(dataset), batch_size):
         progress(start)
         rows = dataset[start : start + batch_size]
-        completions = _generate(
-            model, tokenizer, rows["prompt"], gen_kwargs, lambda ended, start=start: progress(start + ended)
-        )
+        completions = generate(rows["prompt"], decoding, lambda ended, start=start: progress(start + ended))
         extra = {k: v for k, v in rows.items() if k not in ("prompt", "completion")}
         rewards = reward(completions=[[{"role": "assistant", "content": c}] for c in completions], **extra)
         total += sum(rewards[: max(0, counted - start)])
@@ -112,6 +172,7 @@ def evaluate(
     seed: int = 0,
     sharded: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    engine: Any = None,
 ) -> dict[str, float | int]:
     """Pass@1 of `model` on a conversational `dataset` (`prompt` messages plus the reward's columns).
 
@@ -125,6 +186,8 @@ def evaluate(
     `sharded=True` is for runs on many processes (torch.distributed): every process must call it, each evaluates
     an equal share of `dataset`, and the reward sums are added up, so every process returns the result for the
     whole dataset. Greedy accuracy is then the same as on one process; the sampled draws differ.
+
+    `engine`: a vLLM `LLM` holding `model`'s current weights, to generate with instead of `model.generate`.
     """
     if not greedy and num_samples <= 0:
         raise ValueError("nothing to evaluate: set greedy=True and/or num_samples > 0")
@@ -144,28 +207,27 @@ def evaluate(
             done = (done_passes * len(part) + done_in_pass) * num_processes
             progress(min(done, to_generate), to_generate)
 
+    generate: Generate = (
+        functools.partial(_generate, model, tokenizer)
+        if engine is None
+        else functools.partial(_generate_vllm, engine, tokenizer)
+    )
     sums: dict[str, float] = {}
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             if greedy:
-                gen_kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False}
-                sums["accuracy"] = _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs, report)
+                decoding = Decoding(max_new_tokens)
+                sums["accuracy"] = _reward_sum(generate, part, counted, reward, batch_size, decoding, report)
                 done_passes += 1
             if num_samples > 0:
-                gen_kwargs = {
-                    "max_new_tokens": max_new_tokens,
-                    "do_sample": True,
-                    "temperature": temperature,
-                    "top_p": 1.0,
-                    "top_k": 0,
-                }
                 with torch.random.fork_rng(devices=[]):  # seeded here without moving the caller's RNG
                     torch.manual_seed(seed)
                     sampled = 0.0
-                    for _ in range(num_samples):
-                        sampled += _reward_sum(model, tokenizer, part, counted, reward, batch_size, gen_kwargs, report)
+                    for index in range(num_samples):
+                        decoding = Decoding(max_new_tokens, temperature, seed=seed * num_samples + index)
+                        sampled += _reward_sum(generate, part, counted, reward, batch_size, decoding, report)
                         done_passes += 1
                 sums["accuracy_sampled"] = sampled / num_samples
                 results["num_samples"] = num_samples

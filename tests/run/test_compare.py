@@ -1,20 +1,18 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 import pods_rl.trainer.config
 from pods_rl.cli import app
-from pods_rl.run.compare import (
-    band,
-    first_time_at_least,
-    resolve_compare,
-    speedup,
-    summarize,
-    write_comparison,
-)
+from pods_rl.run import compare
+from pods_rl.run.compare import resolve_compare
+from pods_rl.run.compare_report import write_comparison
+from pods_rl.run.compare_summary import summarize
 from pods_rl.run.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
 
 runner = CliRunner()
@@ -44,10 +42,13 @@ def test_compare_two_arms_writes_comparison(tiny_model_dir, tmp_path):
         assert arm["steps"]["mean"] == 3 and arm["per_step"]["rollouts_generated"] == 2 * n
         assert arm["totals"]["rollouts_trained"] == 3 * 4
         assert set(arm["seconds_per_step"]) == {"generate", "score", "select", "update", "total"}
-        for key in ("peak_accuracy", "time_to_target", "speedup", "predicted_seconds_per_step", "curve"):
+        for key in ("peak_accuracy", "time_to_target", "vs_baseline", "predicted_seconds_per_step", "curve"):
             assert key in arm
-    assert comparison["arms"]["grpo"]["speedup"] in (1.0, None)
-    assert comparison["target"]["accuracy"] == pytest.approx(0.99 * max(comparison["arms"]["grpo"]["curve"]["mean"]))
+        assert [(e["step"], e["train_seconds"]) for e in arm["evaluations"][0]][-1] == (3, arm["train_seconds"]["mean"])
+    assert comparison["arms"]["grpo"]["vs_baseline"] is None
+    assert len(comparison["arms"]["pods"]["vs_baseline"]["speedup_per_seed"]) == 1
+    grpo_peak = comparison["arms"]["grpo"]["peak_accuracy"]["mean"]
+    assert comparison["target"]["accuracy"] == pytest.approx(0.99 * grpo_peak)
     assert set(comparison["cost_model"]["phases"]) == {"generate", "score", "select", "update"}
     assert "time to target" in (out / "comparison.md").read_text()
     assert (out / "comparison.png").stat().st_size > 1000
@@ -55,29 +56,6 @@ def test_compare_two_arms_writes_comparison(tiny_model_dir, tmp_path):
     again = runner.invoke(app, ["compare", "--resume", str(out)])  # all runs finished: kept, comparison rewritten
     assert again.exit_code == 0, again.output
     assert "done earlier, kept" in again.output
-
-
-def test_first_time_at_least():
-    times, accuracy = [0, 10, 20, 30], [0.1, 0.5, 0.9, 0.8]
-    assert first_time_at_least(times, accuracy, 0.85) == 20
-    assert first_time_at_least(times, accuracy, 0.5) == 10
-    assert first_time_at_least(times, accuracy, 0.95) is None
-
-
-def test_speedup():
-    assert speedup(100.0, 50.0) == 2.0
-    assert speedup(None, 50.0) is None
-    assert speedup(100.0, None) is None
-    assert speedup(100.0, 0.0) is None
-
-
-def test_band_interpolates_onto_the_union_of_times():
-    curves = [([0, 10, 20], [0.0, 0.4, 0.8]), ([0, 5, 10], [0.2, 0.6, 0.6])]
-    result = band(curves)
-    assert result["train_seconds"] == [0, 5, 10, 20]
-    assert result["mean"] == pytest.approx([0.1, 0.4, 0.5, 0.7])  # the second seed is held at 0.6 after t = 10
-    assert result["min"] == pytest.approx([0.0, 0.2, 0.4, 0.6])
-    assert result["max"] == pytest.approx([0.2, 0.6, 0.6, 0.8])
 
 
 def test_fit_linear_is_exact_on_a_line_and_through_zero_on_one_count():
@@ -123,15 +101,46 @@ def test_summarize_on_synthetic_runs(tmp_path):
         "pods": [_run(times, [0.2, 0.6, 0.7, 0.7], 16, 4), _run(times, [0.2, 0.6, 0.5, 0.7], 16, 4)],
     }
     comparison = summarize(settings, records)
-    assert comparison["target"]["baseline_peak"] == pytest.approx(0.6)  # peak of grpo's mean curve
-    assert comparison["target"]["accuracy"] == pytest.approx(0.594)
+    # One peak: the mean over seeds of each seed's highest evaluation, (0.6 + 0.7) / 2; the target 0.99 x 0.65.
+    assert comparison["target"]["baseline_peak"] == pytest.approx(0.65)
+    assert comparison["target"]["accuracy"] == pytest.approx(0.6435)
     grpo, pool, pods = (comparison["arms"][name] for name in ("grpo", "grpo-pool", "pods"))
-    assert (grpo["time_to_target"], grpo["speedup"]) == (20.0, 1.0)
-    assert (pods["time_to_target"], pods["speedup"]) == (10.0, 2.0)
-    assert (pool["time_to_target"], pool["speedup"]) == (None, None)
-    assert pods["time_to_target_per_seed"] == [10.0, 10.0]
+    # grpo: seed 0 never reaches 0.6435 (censored at 30 s); seed 1 crosses in [20, 30] at 20 + 0.0435 / 0.1 x 10.
+    # pods: seed 0 in [10, 20] at 14.35; seed 1 in [20, 30] at 20 + 0.1435 / 0.2 x 10 = 27.175.
+    assert [(t["below"], t["reached"], t["censored"]) for t in grpo["time_to_target"]] == [
+        (30, None, True),
+        (20, 30, False),
+    ]
+    assert [t["crossing"] for t in grpo["time_to_target"]] == pytest.approx([30, 24.35])
+    assert [t["crossing"] for t in pods["time_to_target"]] == pytest.approx([14.35, 27.175])
+    versus = pods["vs_baseline"]
+    first, second = versus["speedup_per_seed"]
+    assert (first["estimate"], first["low"], first["high"], first["bound"]) == (
+        pytest.approx(30 / 14.35),  # grpo censored: at its 30 s, so a lower bound
+        pytest.approx(30 / 20),
+        None,
+        "at least",
+    )
+    assert (second["estimate"], second["low"], second["high"], second["bound"]) == (
+        pytest.approx(24.35 / 27.175),
+        pytest.approx(20 / 30),
+        pytest.approx(30 / 20),
+        "interpolated",
+    )
+    assert versus["speedup"]["estimate"] == pytest.approx(math.sqrt(30 / 14.35 * 24.35 / 27.175))
+    assert (versus["seeds_faster"], versus["seeds_slower"], versus["censored"]) == (1, 1, {"arm": 0, "baseline": 1})
+    # Areas over 0-30 s: grpo 3 + 5 + 5.5 and 3 + 5 + 6.5; pods 4 + 6.5 + 7 and 4 + 5.5 + 6.
+    assert versus["mean_accuracy_difference_per_seed"] == pytest.approx([4 / 30, 1 / 30])
+    assert [s["bound"] for s in pool["vs_baseline"]["speedup_per_seed"]] == ["unknown", "at most"]
+    assert grpo["vs_baseline"] is None
     assert pods["peak_accuracy"] == {"mean": 0.7, "std": 0.0, "min": 0.7, "max": 0.7, "per_seed": [0.7, 0.7]}
     assert grpo["peak_accuracy"]["std"] == pytest.approx(0.0707107, rel=1e-5)
+    warnings = " ".join(comparison["warnings"])
+    assert "grpo, seed 1 (the baseline) reaches the target only at its last evaluation (30 s)" in warnings
+    assert "pods, seed 0 crosses the target between evaluations at 10 and 20 s" in warnings
+    assert "grpo-pool: 2 of 2 seed(s) never reached the target" in warnings
+    assert comparison["summary"][1].startswith("pods vs grpo: 1.37x (95% interval ")
+    assert "1 of 2 seeds faster; 1 censored for the baseline: a lower bound" in comparison["summary"][1]
     assert pods["seconds_per_step"] == pytest.approx(
         {"generate": 2.1, "score": 0.16, "select": 0.018, "update": 1.8, "total": 4.078}
     )
@@ -153,9 +162,13 @@ def test_summarize_on_synthetic_runs(tmp_path):
 
     write_comparison(tmp_path, comparison)
     markdown = (tmp_path / "comparison.md").read_text()
-    assert "| pods | 8 | 2 | max_variance |" in markdown and "not reached" in markdown
+    assert "| pods | 8 | 2 | max_variance |" in markdown
+    assert "| grpo | 0 | 3 | 30 | 60.0 | > 30 | baseline | baseline |" in markdown  # censored: more than 30 s
+    assert "| pods | 0 | 3 | 30 | 70.0 | 14.3 [10, 20] | ≥ 2.09x [1.50, ∞] | +13.3 |" in markdown
+    assert comparison["summary"][1] in markdown
     assert (tmp_path / "comparison.png").stat().st_size > 1000
-    assert json.loads((tmp_path / "comparison.json").read_text())["arms"]["pods"]["speedup"] == 2.0
+    saved = json.loads((tmp_path / "comparison.json").read_text())
+    assert saved["arms"]["pods"]["evaluations"] == [run["eval"] for run in records["pods"]]  # the raw per-seed data
 
 
 def test_resolve_compare_arms_and_batch_sizes(tmp_path):
@@ -265,3 +278,60 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert trainers["pods"].get("selection_budget", "per_prompt") == "per_prompt"
     assert settings.base["time_budget"] is None and {t["max_steps"] for t in trainers.values()} == {30}
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}
+
+
+TUNED_ACCURACY = {"grpo": {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4}, "pods": {1e-5: 0.2, 2e-5: 0.5, 4e-5: 0.7}}
+
+
+def _fake_pods_train(calls: list[tuple[str, float, int]]):
+    """Stands in for the `pods train` process: writes the run folder a finished run leaves (config.yaml,
+    metrics.jsonl, summary.json), with an accuracy that depends on the arm and the learning rate only."""
+
+    def train(settings, run_dir: Path) -> None:
+        trainer = settings.trainer
+        arm = "grpo" if trainer["num_generations"] == trainer["num_selected"] else "pods"
+        rate = trainer["learning_rate"]
+        calls.append((arm, rate, settings.seed))
+        accuracy = TUNED_ACCURACY[arm][rate]
+        n, m = trainer["num_generations"], trainer["num_selected"]
+        record = _run([0, 10, 20], [0.1, accuracy, accuracy], 2 * n, 2 * m)
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(settings.to_dict()))
+        lines = [{"type": "step", **s} for s in record["step"]] + [{"type": "eval", **e} for e in record["eval"]]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        (run_dir / "summary.json").write_text(json.dumps({"steps": 2, "peak_accuracy": accuracy}))
+
+    return train
+
+
+def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every_run(tmp_path, monkeypatch):
+    calls: list[tuple[str, float, int]] = []
+    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train(calls))
+    grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
+    settings = resolve_compare(None, [grid], only=["grpo", "pods"])
+    out = tmp_path / "cmp"
+    comparison = compare.run_comparison(settings, out, console=Console(quiet=True))
+    tuning = [(arm, rate, 7) for arm in ("grpo", "pods") for rate in grid["lr_grid"]]
+    assert calls == [*tuning, ("grpo", 2e-5, 0), ("pods", 4e-5, 0), ("grpo", 2e-5, 1), ("pods", 4e-5, 1)]
+    chosen = comparison["learning_rates"]["arms"]
+    assert {name: arm["chosen"] for name, arm in chosen.items()} == {"grpo": 2e-5, "pods": 4e-5}
+    # The window 0-20 s: (0.1 + a) / 2 x 10 + a x 10, over 20 s.
+    assert chosen["pods"]["mean_accuracy"] == pytest.approx({"1e-05": 0.175, "2e-05": 0.4, "4e-05": 0.55})
+    assert (out / "tuning" / "pods" / "lr-4e-05" / "seed-7" / "summary.json").exists()
+    markdown = (out / "comparison.md").read_text()
+    assert "## Learning rates, tuned on seeds [7]" in markdown
+    assert "| pods | 17.5 | 40.0 | **55.0** | 4e-05 |" in markdown
+
+    again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
+    assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
+
+
+def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():
+    with pytest.raises(ValueError, match="overlap seeds"):
+        resolve_compare(None, [{"lr_grid": [1e-5], "tuning_seeds": [0], "seeds": [0, 1]}])
+    with pytest.raises(ValueError, match="needs tuning_seeds"):
+        resolve_compare(None, [{"lr_grid": [1e-5]}])
+    with pytest.raises(ValueError, match=r"set trainer\.learning_rate"):
+        resolve_compare(
+            None, [{"lr_grid": [1e-5], "tuning_seeds": [9], "arms": {"pods": {"trainer": {"learning_rate": 1e-4}}}}]
+        )

@@ -1,6 +1,11 @@
-import pytest
+import json
 
-from pods_rl.run.monitor import RunMonitor
+import pytest
+from rich.console import Console
+from transformers import TrainerControl, TrainerState
+
+from pods_rl.run.display import Display
+from pods_rl.run.monitor import RunMonitor, grid_cell
 from pods_rl.run.settings import EvalSettings
 
 
@@ -27,3 +32,98 @@ def _monitor(tmp_path, time_budget, train_seconds) -> RunMonitor:
 )
 def test_expected_steps_follow_the_time_budget(tmp_path, time_budget, train_seconds, step, expected) -> None:
     assert _monitor(tmp_path, time_budget, train_seconds).expected_steps(step, 250) == expected
+
+
+class FakeClock:
+    """A clock that moves only when told: each step lasts exactly the seconds the test gives it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _train(monitor: RunMonitor, clock: FakeClock, step_seconds: list[float], max_steps: int = 100) -> None:
+    """Drive the monitor as transformers' Trainer does: begin, then per step begin / step += 1 / end, then end."""
+    state, control = TrainerState(max_steps=max_steps), TrainerControl()
+    monitor.on_train_begin(None, state, control)
+    for seconds in step_seconds:
+        monitor.on_step_begin(None, state, control)
+        clock.now += seconds
+        state.global_step += 1
+        monitor.on_step_end(None, state, control)
+        if control.should_training_stop:
+            break
+    monitor.on_train_end(None, state, control)
+
+
+def _grid_monitor(tmp_path, eval_settings: EvalSettings, clock: FakeClock, **kwargs) -> RunMonitor:
+    return RunMonitor(
+        tmp_path / "metrics.jsonl",
+        lambda model: {"accuracy": 0.5, "num_examples": 4},
+        eval_settings,
+        display=Display(Console(quiet=True)),
+        clock=clock,
+        **kwargs,
+    )
+
+
+def test_seconds_grid_evaluates_on_crossing_each_multiple_without_drift(tmp_path) -> None:
+    """Steps of 4, 7, 9, 3, 13, 2, 5 s put the clock at 4, 11, 20, 23, 36, 38, 43 s. On the 10 s grid the evaluations
+    come at 11 (crossed 10), 20 (reached 20), 36 (crossed 30) and 43 (crossed 40, and the budget ends the run);
+    "10 s after the previous evaluation" would have evaluated at 23 instead of 20."""
+    clock = FakeClock()
+    monitor = _grid_monitor(tmp_path, EvalSettings(every_steps=None, every_seconds=10.0), clock, time_budget=40.0)
+    _train(monitor, clock, [4, 7, 9, 3, 13, 2, 5, 1, 1])
+    assert [(e["step"], e["train_seconds"]) for e in monitor.evaluations] == [
+        (0, 0),
+        (2, 11),
+        (3, 20),
+        (5, 36),
+        (7, 43),
+    ]
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train_seconds"]) for r in written if r["type"] == "eval"] == [
+        (0, 0),
+        (2, 11),
+        (3, 20),
+        (5, 36),
+        (7, 43),
+    ]
+
+
+def test_one_long_step_across_several_grid_points_evaluates_once(tmp_path) -> None:
+    clock = FakeClock()
+    monitor = _grid_monitor(tmp_path, EvalSettings(every_steps=None, every_seconds=10.0), clock)
+    _train(monitor, clock, [25, 3, 3], max_steps=3)  # 25, 28, 31 s: cells 2, 2, 3
+    assert [(e["step"], e["train_seconds"]) for e in monitor.evaluations] == [(0, 0), (1, 25), (3, 31)]
+
+
+def test_seconds_grid_continues_on_resume(tmp_path) -> None:
+    """A resumed run keeps the grid of its first part: it restarts at 14 s with the last evaluation at 11 s."""
+    clock = FakeClock()
+    earlier = [{"step": 0, "train_seconds": 0.0, "accuracy": 0.1}, {"step": 2, "train_seconds": 11.0, "accuracy": 0.2}]
+    settings = EvalSettings(every_steps=None, every_seconds=10.0)
+    monitor = _grid_monitor(tmp_path, settings, clock, train_seconds=14.0, evaluations=earlier)
+    state, control = TrainerState(max_steps=6, global_step=3), TrainerControl()
+    monitor.on_train_begin(None, state, control)  # nothing due: 14 s is in the cell of 11 s
+    for seconds in (5, 1.5, 1):  # 19, 20.5 (crossed 20), 21.5 s (the end)
+        monitor.on_step_begin(None, state, control)
+        clock.now += seconds
+        state.global_step += 1
+        monitor.on_step_end(None, state, control)
+    assert [(e["step"], e["train_seconds"]) for e in monitor.evaluations] == [(0, 0), (2, 11), (5, 20.5), (6, 21.5)]
+
+
+def test_step_grid_evaluates_at_multiples_and_the_end(tmp_path) -> None:
+    clock = FakeClock()
+    monitor = _grid_monitor(tmp_path, EvalSettings(every_steps=3), clock)
+    _train(monitor, clock, [1.0] * 7, max_steps=7)
+    assert [(e["step"], e["train_seconds"]) for e in monitor.evaluations] == [(0, 0), (3, 3), (6, 6), (7, 7)]
+
+
+def test_grid_cell_absorbs_float_rounding() -> None:
+    assert [grid_cell(t, 0.1) for t in (0.0, 0.0999, 0.1, 0.3, 0.30001)] == [0, 0, 1, 3, 3]
+    assert grid_cell(0.1 + 0.2, 0.3) == 1  # 0.30000000000000004
+    assert grid_cell(29.999, 10.0) == 2

@@ -60,7 +60,7 @@ def test_resume_applies_new_stopping_and_eval_settings(tiny_model_dir, tmp_path)
     result = runner.invoke(app, ["train", "--resume", str(out), "--max-steps", "5", "--eval-every", "3"])
     assert result.exit_code == 0, result.output
     assert [r["step"] for r in records(out, "step")] == [1, 2, 3, 4, 5]
-    assert [e["step"] for e in records(out, "eval")] == [0, 2, 5]  # due 3 steps after step 2
+    assert [e["step"] for e in records(out, "eval")] == [0, 2, 3, 5]  # the end of each part, and the grid 3, 6, ...
     assert json.loads((out / "summary.json").read_text())["steps"] == 5
     text = (out / "config.yaml").read_text()
     config = yaml.safe_load(text)
@@ -130,7 +130,7 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "per step: 16 prompts x n=16 = 256 rollouts of up to 32 tokens generated, m=4 per prompt = 64 rows trained; "
         "learning rate 0.0001",
         "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
-        "generation: HF generate",
+        "generation: HF generate; evaluation: HF generate",
     ]
     assert not out.exists()
     dynamic = ["--set", "trainer.dynamic_sampling=true", "--set", "trainer.max_generation_rounds=4"]
@@ -170,7 +170,9 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
         "per step: 2 prompts x n=8 = 16 rollouts of up to 64 tokens generated, m=2 per prompt = 4 rows trained; "
         "learning rate 2e-05",
         "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
-        "generation: vLLM (colocate)" if vllm and not options else "generation: HF generate",
+        "generation: vLLM (colocate); evaluation: on the same vLLM engine"
+        if vllm and not options
+        else "generation: HF generate; evaluation: HF generate",
     ]
     assert not out.exists()
 

@@ -17,7 +17,7 @@ from vllm.config import SchedulerConfig
 from vllm.platforms import current_platform
 
 from pods_rl import PODSConfig, PODSTrainer
-from pods_rl.trainer.vllm import engine_max_num_seqs
+from pods_rl.trainer.vllm import engine_max_num_seqs, evaluation_engine
 
 N, M, PROMPTS = 8, 2, 2
 CLIP = 1e6  # so that the importance ratio is the raw exp(policy - vLLM)
@@ -160,6 +160,22 @@ def test_weights_reach_vllm_after_each_update(trainer):
     assert stale > 4 * BF16_GAP  # the update moved the policy well past bf16's error
     trainer._generate([row["prompt"] for row in probe])  # the next generation syncs the weights first
     assert _gap(_vllm_logps(trainer, fixed), after_policy) < BF16_GAP
+
+
+def test_evaluation_engine_holds_the_weights_of_the_step_it_evaluates(trainer):
+    """After a step's update (simulated here by moving the LM head) the engine is one update behind until
+    `evaluation_engine` syncs it, as the run's evaluation does before generating."""
+    probe = next(iter(trainer.get_train_dataloader()))[:1]
+    fixed = _fixed_completion(trainer, probe)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head = trainer.model.lm_head.weight
+        head.add_(0.5 * torch.randn(head.shape, generator=generator))
+    trainer.state.global_step += 1
+    assert _gap(_vllm_logps(trainer, fixed), _policy_logps(trainer.model, fixed)) > 4 * BF16_GAP
+    assert evaluation_engine(trainer) is trainer.vllm_generation.llm
+    assert _gap(_vllm_logps(trainer, fixed), _policy_logps(trainer.model, fixed)) < BF16_GAP
+    assert trainer._last_loaded_step == trainer.state.global_step  # the next generation does not sync again
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -3,6 +3,11 @@
 Training time is the sum of optimizer-step durations (on_step_begin to on_step_end): evaluation, checkpoint
 writing and logging happen outside those windows, so "accuracy vs training time" counts only training.
 
+Evaluations follow a fixed grid, the same for every run: with `every_seconds: D`, after the first step whose end
+takes the training clock across k x D (k = 1, 2, ...); with `every_steps: S`, after steps S, 2S, .... Lateness does
+not accumulate (a run whose steps are long still evaluates once per grid cell it enters), and each record holds the
+exact training seconds and step at which it was taken. The start (before any update) and the end are evaluated too.
+
 While training runs inside `stopping_on_signals()`, SIGINT or SIGTERM stops the run cleanly: the current step
 finishes, a checkpoint is saved, and no evaluation runs (a resumed run makes up the one that was due). A second
 signal acts at once (the default).
@@ -49,6 +54,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         display: Display | None = None,
         train_seconds: float = 0.0,
         evaluations: list[dict] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         self.metrics_path = Path(metrics_path)
         self.evaluate = evaluate
@@ -58,6 +64,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.display = display or Display()
         self.train_seconds = train_seconds
         self.evaluations: list[dict] = evaluations or []
+        self.clock = clock  # seconds, for the step windows (a test passes a fake one)
         self.stop_signal: int | None = None  # the signal that asked the run to stop, if one did
         self._step_start = 0.0
         self._last_log: dict[str, float] = {}
@@ -107,7 +114,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         self._update_progress(state)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._step_start = time.perf_counter()
+        self._step_start = self.clock()
         if self._showing:  # a long step (generation on a CPU) still shows that it runs
             self.display.update(
                 "training",
@@ -117,7 +124,7 @@ class RunMonitor(TrainerCallback, ExportableState):
             )
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        step_seconds = time.perf_counter() - self._step_start
+        step_seconds = self.clock() - self._step_start
         self.train_seconds += step_seconds
         self._follow_main_process()
         if self.stop_signal is not None:
@@ -156,11 +163,14 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.train_seconds, self.stop_signal = shared
 
     def _eval_due(self, state) -> bool:
+        """Whether the clock (or step count) has entered a grid cell that holds no evaluation yet."""
         last = self.evaluations[-1] if self.evaluations else {"step": 0, "train_seconds": 0.0}
         if self.eval_settings.every_seconds is not None:
-            return self.train_seconds - last["train_seconds"] >= self.eval_settings.every_seconds
+            return grid_cell(self.train_seconds, self.eval_settings.every_seconds) > grid_cell(
+                last["train_seconds"], self.eval_settings.every_seconds
+            )
         every = self.eval_settings.every_steps
-        return every is not None and state.global_step - last["step"] >= every
+        return every is not None and state.global_step // every > last["step"] // every
 
     def _evaluate(self, state, model) -> None:
         """Every process evaluates (its share of the evaluation set, see `evaluate(sharded=True)`): under ZeRO-3 or
@@ -217,6 +227,12 @@ class RunMonitor(TrainerCallback, ExportableState):
         reward = self._last_log.get("pods/pool_reward_mean", self._last_log.get("reward"))
         selected = self._last_log.get("pods/selected_reward_mean")
         return f"reward {_fmt(reward)} sel {_fmt(selected)} acc {_fmt(accuracy)} train {self.train_seconds:.0f}s"
+
+
+def grid_cell(seconds: float, every: float) -> int:
+    """How many points k x `every` (k >= 1) the training clock has reached; a float-rounding slack of 1e-9 s lets
+    a clock that lands on a grid point (30.000000000000004 / 10 -> 3, 0.3 / 0.1 -> 3) count it as reached."""
+    return math.floor((seconds + 1e-9) / every)
 
 
 def _fmt(value: float | None) -> str:

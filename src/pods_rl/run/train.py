@@ -27,6 +27,7 @@ from pods_rl.run.monitor import RunMonitor
 from pods_rl.run.report import write_report
 from pods_rl.run.settings import RunSettings, SettingsError
 from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
+from pods_rl.trainer.vllm import evaluates_on_engine, evaluation_engine
 
 LOG_FILE = "train.log"
 DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
@@ -112,7 +113,8 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
-        f"generation: {'vLLM (' + args.vllm_mode + ')' if args.use_vllm else 'HF generate'}",
+        f"generation: {'vLLM (' + args.vllm_mode + ')' if args.use_vllm else 'HF generate'}; evaluation: "
+        f"{'on the same vLLM engine' if evaluates_on_engine(args) else 'HF generate'}",
     ]
     if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
         lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")
@@ -208,6 +210,7 @@ def _train(
             seed=settings.seed,
             sharded=True,  # every process evaluates its share; the monitor calls this on all of them
             progress=display.callback("evaluation"),
+            engine=evaluation_engine(trainer),  # a run that generates with vLLM evaluates on its engine
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it

@@ -8,6 +8,7 @@ to the engine's `max_num_batched_tokens` (which TRL fixes, 4096, with no setting
 engine whose `max_num_seqs` exceeds it): a larger pool is decoded in waves of that many sequences.
 On a CPU the engine also runs eagerly: vLLM would otherwise compile the model with inductor during the first
 generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the run's training time).
+`evaluation_engine` lends the same engine to the held-out evaluation, with the policy's current weights.
 `tests/trainer/test_vllm.py` checks the TRL and vLLM internals this relies on.
 """
 
@@ -52,6 +53,31 @@ def pool_sized_vllm(args: PODSConfig) -> Iterator[None]:
     engine = _sized_engine(vllm_generation.LLM, pool_rows_per_engine(args), settings)
     with _replaced(vllm_generation, "LLM", engine):
         yield
+
+
+def evaluates_on_engine(args: PODSConfig) -> bool:
+    """Whether held-out evaluation can use the run's own vLLM engine: colocated, one per process, always awake."""
+    return (
+        args.use_vllm
+        and args.vllm_mode == "colocate"
+        and args.vllm_tensor_parallel_size == 1
+        and not args.vllm_enable_sleep_mode
+    )
+
+
+def evaluation_engine(trainer: Any) -> Any:
+    """The trainer's vLLM engine holding the policy's current weights, or None (evaluate with HF generate).
+
+    TRL syncs the weights into the engine before a step's generation, so after the step's update the engine is one
+    update behind: sync now, and mark this step as synced so the next generation does not sync again. Every process
+    must call this (the sync gathers sharded parameters).
+    """
+    if not evaluates_on_engine(trainer.args):
+        return None
+    if trainer._last_loaded_step != trainer.state.global_step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+    return trainer.vllm_generation.llm
 
 
 def _sized_engine(llm: Any, pool_rows: int, settings: dict[str, Any]):

@@ -1,0 +1,243 @@
+"""The measures of a comparison: from each arm's per-seed records to the numbers comparison.json holds.
+
+The statistics themselves are in `pods_rl.run.statistics`; this module decides which curves they see (the
+evaluations of each seed, on the comparison's metric), the one target, the step costs and the warnings.
+Definitions (also written into comparison.json): `DEFINITIONS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pods_rl.run.cost_model import PHASES, CostModel, when_pods_pays
+from pods_rl.run.statistics import (
+    LEVEL,
+    WIDE_BRACKET,
+    band,
+    compare_to_baseline,
+    mean_accuracy,
+    peak,
+    resolution_warnings,
+    time_to_target,
+)
+
+if TYPE_CHECKING:
+    from pods_rl.run.compare import CompareSettings
+
+COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_trained")
+PEAK = "the mean over seeds of each seed's highest evaluation"
+Records = dict[str, list[dict[str, list[dict]]]]  # arm -> per seed {"step": [...], "eval": [...]} from metrics.jsonl
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """Mean, sample std (0 for one value), min, max and the values themselves."""
+    array = np.asarray(values, dtype=float)
+    return {
+        "mean": float(array.mean()),
+        "std": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+        "min": float(array.min()),
+        "max": float(array.max()),
+        "per_seed": array.tolist(),
+    }
+
+
+def target_accuracy(settings: CompareSettings, baseline_peak: float | None) -> float | None:
+    """`target_accuracy` when set, else `target` x the baseline's peak; None without a baseline."""
+    if settings.target_accuracy is not None:
+        return float(settings.target_accuracy)
+    return None if baseline_peak is None else settings.target * baseline_peak
+
+
+LR_RULE = (
+    "per arm, the rate of lr_grid with the highest mean accuracy over the window (each tuning run's curve from its "
+    "start to its end), averaged over the tuning seeds; a tie goes to the lower rate"
+)
+
+
+def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[float, list[dict]]]) -> dict[str, Any]:
+    """Each arm's learning rate by `LR_RULE`, from its tuning runs ({arm: {rate: per-seed records}})."""
+    arms = {}
+    for name, by_rate in tuning.items():
+        scores = {
+            rate: float(np.mean([_window_accuracy(run["eval"], settings.metric) for run in runs]))
+            for rate, runs in by_rate.items()
+        }
+        chosen = min(scores, key=lambda rate: (-scores[rate], rate))
+        arms[name] = {"chosen": chosen, "mean_accuracy": {f"{rate:g}": score for rate, score in scores.items()}}
+    return {"rule": LR_RULE, "grid": settings.lr_grid, "tuning_seeds": settings.tuning_seeds, "arms": arms}
+
+
+def _window_accuracy(evaluations: list[dict], metric: str) -> float:
+    times = [e["train_seconds"] for e in evaluations]
+    return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])
+
+
+def summarize(
+    settings: CompareSettings, records: Records, learning_rates: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The comparison of `records` run with `settings`: everything comparison.json holds. `learning_rates`: the
+    tuning's choice (`choose_learning_rates`), when the arms' rates were tuned."""
+    metric = settings.metric
+    curves = {
+        name: [([e["train_seconds"] for e in run["eval"]], [e[metric] for e in run["eval"]]) for run in runs]
+        for name, runs in records.items()
+    }
+    baseline = curves.get(settings.baseline)
+    baseline_peak = peak(baseline) if baseline else None
+    target = target_accuracy(settings, baseline_peak)
+    cost_model = CostModel.fit([step for runs in records.values() for run in runs for step in run["step"]])
+    arms = {}
+    for name, runs in records.items():
+        steps = [step for run in runs for step in run["step"]]
+        seconds = {phase: float(np.mean([s[f"pods/time_{phase}"] for s in steps])) for phase in PHASES}
+        seconds["total"] = sum(seconds.values())
+        per_step = {c: float(np.mean([s[f"pods/{c}"] for s in steps])) for c in COUNTS}
+        n, m, rule = settings.arm_sizes(name)
+        arms[name] = {
+            "n": n,
+            "m": m,
+            "rule": rule,
+            "runs": [f"{name}/seed-{seed}" for seed in settings.seeds],
+            "evaluations": [run["eval"] for run in runs],
+            "peak_accuracy": spread([max(values) for _, values in curves[name]]),
+            "final_accuracy": spread([values[-1] for _, values in curves[name]]),
+            "steps": spread([len(run["step"]) for run in runs]),
+            "train_seconds": spread([times[-1] for times, _ in curves[name]]),
+            "time_to_target": None if target is None else [asdict(time_to_target(*c, target)) for c in curves[name]],
+            "vs_baseline": None
+            if target is None or name == settings.baseline
+            else compare_to_baseline(baseline, curves[name], target),
+            "seconds_per_step": seconds,
+            "predicted_seconds_per_step": cost_model.step_seconds(
+                per_step["rollouts_generated"], per_step["rollouts_trained"]
+            ),
+            "per_step": per_step,
+            "totals": {c: float(np.mean([sum(s[f"pods/{c}"] for s in run["step"]) for run in runs])) for c in COUNTS},
+            "curve": band(curves[name]),
+        }
+    return {
+        "settings": settings.to_dict(),
+        "metric": metric,
+        "target": {
+            "baseline": settings.baseline,
+            "accuracy": target,
+            "fraction": None if settings.target_accuracy is not None else settings.target,
+            "baseline_peak": baseline_peak,
+            "peak": PEAK,
+        },
+        "arms": arms,
+        "learning_rates": learning_rates,
+        "summary": summary_lines(settings.baseline, arms),
+        "cost_model": {
+            "phases": cost_model.to_dict(),
+            "when_pods_pays": when_pods_pays(cost_model, settings.n, settings.m, settings.prompts_per_step),
+        },
+        "warnings": _warnings(settings, records, curves, target),
+        "definitions": DEFINITIONS,
+    }
+
+
+def summary_lines(baseline: str, arms: dict[str, Any]) -> list[str]:
+    """One line per arm: its speedup over the baseline with the interval and the seeds that favour it."""
+    lines = []
+    for name, arm in arms.items():
+        versus = arm["vs_baseline"]
+        if versus is None or versus["speedup"] is None:
+            continue
+        speedup, difference = versus["speedup"], versus["mean_accuracy_difference"]
+        interval = (
+            "no interval from one seed"
+            if speedup["low"] is None
+            else f"{LEVEL:.0%} interval {speedup['low']:.2f}-{speedup['high']:.2f}x"
+        )
+        seeds = len(versus["speedup_per_seed"])
+        bounds = _censoring(versus["censored"])
+        lines.append(
+            f"{name} vs {baseline}: {speedup['estimate']:.2f}x ({interval}, {versus['seeds_faster']} of {seeds} "
+            f"seeds faster{bounds}); mean accuracy over the window {100 * difference['estimate']:+.1f} points"
+            + (
+                ""
+                if difference["low"] is None
+                else f" ({100 * difference['low']:+.1f} to {100 * difference['high']:+.1f})"
+            )
+        )
+    return lines
+
+
+def _censoring(censored: dict[str, int]) -> str:
+    parts = []
+    if censored["arm"]:
+        parts.append(f"{censored['arm']} censored for the arm: an upper bound")
+    if censored["baseline"]:
+        parts.append(f"{censored['baseline']} censored for the baseline: a lower bound")
+    return "".join(f"; {part}" for part in parts)
+
+
+def _warnings(settings: CompareSettings, records: Records, curves: dict[str, list], target: float | None) -> list[str]:
+    """Conditions under which the numbers mean little: no baseline, unequal starts, and `_target_warnings`."""
+    warnings = []
+    if settings.baseline not in records:
+        warnings.append(f"The baseline arm {settings.baseline!r} was not run: no target, times or speedups.")
+    if target is not None:
+        warnings += _target_warnings(settings, curves, target)
+    for index, seed in enumerate(settings.seeds):
+        starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
+        if max(starts.values()) - min(starts.values()) > 1e-9:
+            warnings.append(
+                f"Seed {seed}: the accuracy before training differs between arms {starts}; the arms did not start "
+                "from the same model, evaluation set or code."
+            )
+    return warnings
+
+
+def _target_warnings(settings: CompareSettings, curves: dict[str, list], target: float) -> list[str]:
+    """A target met untrained, figures bound by the evaluation schedule, runs that never reach the target."""
+    warnings = []
+    for name, arm_curves in curves.items():
+        if name == settings.baseline and all(values[0] >= target for _, values in arm_curves):
+            warnings.append(
+                "The target is met before any training in every baseline seed: train longer, raise the target or "
+                "evaluate on more examples before reading times to target."
+            )
+            continue
+        warnings += resolution_warnings(name, settings.seeds, arm_curves, target, baseline=name == settings.baseline)
+        never = sum(time_to_target(*curve, target).censored for curve in arm_curves)
+        if never:
+            warnings.append(
+                f"{name}: {never} of {len(arm_curves)} seed(s) never reached the target; they enter the speedups at "
+                "their training time (censored), which makes those speedups bounds, not estimates."
+            )
+    return warnings
+
+
+DEFINITIONS = {
+    "metric": "the held-out measure compared: accuracy (greedy pass@1) or accuracy_sampled (pass@1 averaged over "
+    "eval.sampled_k samples at the training temperature)",
+    "evaluations": "every evaluation of every seed, as in its metrics.jsonl: taken once the training clock crosses "
+    "k x eval.every_seconds (the same grid for every arm), at the exact training seconds and step recorded; the "
+    "start and the end are evaluated too",
+    "peak": PEAK + " (the peak accuracy column and the target use this one peak)",
+    "target": "target_accuracy when set, else target x the baseline arm's peak",
+    "time_to_target": "per seed: the bracket [below, reached] = [last evaluation below the target, first at or "
+    "above it] and the crossing interpolated linearly inside it; a run that never reaches it is censored at its "
+    "training time (reported as '> that time')",
+    "speedup": "per seed: the baseline's crossing / the arm's (censored runs at their censoring time), bounded by "
+    "the baseline's earliest / the arm's latest and the baseline's latest / the arm's earliest possible time; over "
+    f"seeds: the geometric mean with a {LEVEL:.0%} Student-t interval on the log-ratios. A seed censored for the "
+    "arm makes its speedup an upper bound, one censored for the baseline a lower bound",
+    "mean_accuracy_difference": "per seed: the arm's minus the baseline's mean accuracy over the window from the "
+    "start to the end of the shorter of the two runs (area under the linearly interpolated curve / its length); "
+    f"over seeds: the mean with a {LEVEL:.0%} Student-t interval",
+    "warnings": "an arm that reaches the target at its first evaluation, a baseline that reaches it only at its "
+    f"last, a bracket wider than {WIDE_BRACKET:g} of the time it bounds: those figures are set by the evaluation "
+    "schedule",
+    "curve": "each seed's evaluations interpolated linearly onto the union of the arm's evaluation times (held at "
+    "the last value after the run ends); the mean over seeds is drawn bold, each seed thin",
+    "seconds_per_step": "mean over all steps of all seeds of the logged phase times (pods/time_*)",
+    "totals": "per run (mean over seeds) sums over steps of rollouts and completion tokens generated and trained",
+    "predicted_seconds_per_step": "cost model (per-phase least squares over all steps of all arms: generate, score "
+    "and select vs rollouts generated, update vs rollouts trained) at the arm's mean rollouts per step",
+}

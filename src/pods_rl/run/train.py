@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for
+from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.run.display import Display
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.logs import RunLogs
@@ -110,11 +110,18 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
-        f"generation: {'vLLM (' + args.vllm_mode + ')' if args.use_vllm else 'HF generate'}",
+        f"generation: {_generation(settings, args.use_vllm, args.vllm_mode)}",
     ]
     if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
         lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")
     return lines
+
+
+def _generation(settings: RunSettings, use_vllm: bool, vllm_mode: str) -> str:
+    """The generation backend, and why when the machine chose it (the CPU preset's rule) rather than the user."""
+    backend = f"vLLM ({vllm_mode})" if use_vllm else "HF generate"
+    chosen = preset_generation(settings.model, settings.task)
+    return f"{backend} ({chosen[1]})" if chosen is not None and chosen[0] == use_vllm else backend
 
 
 def train(

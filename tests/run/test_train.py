@@ -156,13 +156,13 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
     installed and the CPU has AVX-512 (and saying why) unless told otherwise; on a GPU, the generic sizes."""
     import pods_rl.defaults
     import pods_rl.models
-    import pods_rl.trainer.config
+    import pods_rl.versions
 
     monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
     monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: vllm)
     monkeypatch.setattr(pods_rl.defaults, "cpu_flags", lambda: frozenset({"avx", "avx2", flags}))
-    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: vllm)
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: vllm)
     out = tmp_path / "run"
     command = ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out), *options]
     result = runner.invoke(app, command)

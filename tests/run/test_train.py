@@ -1,4 +1,7 @@
+import dataclasses
+import importlib.util
 import json
+import re
 
 import pytest
 import yaml
@@ -95,6 +98,45 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
     assert len(lines) - len(progress) < 25
     log = (out / "train.log").read_text()
     assert "INFO transformers" in log
+
+
+def test_time_budget_progress_counts_time_not_the_step_limit(tiny_model_dir, tmp_path):
+    """Under a time budget, with `pods compare`'s placeholder step limit, the console's progress counts seconds of
+    training out of the budget, not steps out of a million."""
+    out = tmp_path / "run"
+    budget = ["--time-budget", "3", "--set", "trainer.max_steps=1000000", "--set", "eval.every_steps=1000"]
+    result = quick_train(tiny_model_dir, out, *budget)
+    assert result.exit_code == 0, result.output
+    progress = [line for line in result.output.splitlines() if line.startswith("training ")]
+    assert progress and all(re.fullmatch(r"\d:\d\d/0:03", line.split()[1]) for line in progress), progress
+    minutes, seconds = progress[-1].split()[1].split("/")[0].split(":")
+    assert 60 * int(minutes) + int(seconds) >= 3  # the last line: the step that crossed the budget
+    assert json.loads((out / "summary.json").read_text())["train_seconds"] >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (`make vllm`'s environment)")
+def test_vllm_run_console_stays_quiet(tmp_path):
+    """A short `pods train --vllm` in a fresh process (as a user runs it, so that vLLM is imported inside the run):
+    the console shows the plan, progress and results; vLLM's import and engine messages (its loggers, Triton's
+    notice, the C++ engine's NUMA warning) and its weight-loading bars go to train.log. `make test-vllm` runs it."""
+    import subprocess
+    import sys
+
+    from pods_rl.models.tiny import VLLM_RECIPE, build_tiny
+
+    model = build_tiny(dataclasses.replace(VLLM_RECIPE, sft_steps=3), cache_dir=tmp_path / "models")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "pods_rl", "train", "--vllm", "--model", str(model), "--output-dir", str(out)]
+    options = ["-n", "4", "-m", "2", "--max-steps", "1", "--set", "eval.every_steps=null", *QUICK]
+    options += ["--set", "task_options.num_test=4", "--set", "trainer.vllm_max_model_length=128"]
+    done = subprocess.run([*command, *options], capture_output=True, text=True, check=False)
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console
+    for unwanted in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "Warning", "it/s]", "%|"):
+        assert unwanted not in console, unwanted
+    assert "generation: vLLM (colocate)" in console and f"done: {out}" in console
+    assert "INFO vllm." in (out / "train.log").read_text()
 
 
 def test_config_file_and_overrides(tiny_model_dir, tmp_path):

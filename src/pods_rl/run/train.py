@@ -3,6 +3,9 @@
 Under failure (see docs/reliability.md): checkpoints are complete or absent, `--resume` continues from the newest
 complete one, SIGINT/SIGTERM stop after the current step with a checkpoint (exit status 128 + signal number), and a
 failing reward function stops the run with a checkpoint of the last completed step.
+
+torch, TRL (and with it vLLM) are imported only inside `train`, once the run's logging is set up (`RunLogs`), so that
+what they log while being imported goes to train.log, not the console.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -23,10 +26,10 @@ from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.run.display import Display
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.logs import RunLogs
-from pods_rl.run.monitor import RunMonitor
-from pods_rl.run.report import write_report
 from pods_rl.run.settings import RunSettings, SettingsError
-from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
+
+if TYPE_CHECKING:
+    from pods_rl.run.monitor import RunMonitor
 
 LOG_FILE = "train.log"
 DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
@@ -55,6 +58,8 @@ def last_checkpoint(output_dir: Path) -> Path | None:
 
 def remove_staging(output_dir: Path) -> None:
     """Delete checkpoints that were being written when a run was killed."""
+    from pods_rl.trainer.trainer import STAGING_PREFIX
+
     for staging in output_dir.glob(f"{STAGING_PREFIX}checkpoint-*"):
         shutil.rmtree(staging)
 
@@ -179,7 +184,10 @@ def _train(
     from peft import LoraConfig
 
     from pods_rl.evaluation import evaluate
+    from pods_rl.run.monitor import RunMonitor
+    from pods_rl.run.report import write_report
     from pods_rl.trainer import PODSTrainer
+    from pods_rl.trainer.trainer import RewardError
 
     model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
     logs.route_libraries()
@@ -212,12 +220,13 @@ def _train(
             temperature=args.temperature,
             seed=settings.seed,
             sharded=True,  # every process evaluates its share; the monitor calls this on all of them
-            progress=display.callback("evaluation"),
+            progress=display.callback("evaluation", quiet_if_short=True),
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
-    # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder.
-    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")):
+    # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder. A vLLM
+    # engine starts in there too, and its native code writes to stderr: into train.log with it.
+    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")), logs.native_output():
         trainer = PODSTrainer(
             model=model,
             reward_funcs=task.reward_funcs,

@@ -6,6 +6,7 @@ more rows per process than it trains, so that engine would decode each pool in n
 `GRPOTrainer.__init__` runs, `pool_sized_vllm` hands TRL a `VLLMGeneration` whose `max_num_seqs` is the pool.
 On a CPU the engine also runs eagerly: vLLM would otherwise compile the model with inductor during the first
 generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the run's training time).
+A colocated engine's weight-loading progress bars follow the trainer's `disable_tqdm`.
 `tests/trainer/test_vllm.py` checks the TRL and vLLM internals this relies on.
 """
 
@@ -38,14 +39,17 @@ def pool_sized_vllm(args: PODSConfig) -> Iterator[None]:
         if args.vllm_mode == "colocate":
             from vllm.platforms import current_platform
 
+            # The engine's weight-loading progress bars follow the trainer's (`disable_tqdm`; off in `pods train`).
+            engine_options: dict[str, Any] = {"use_tqdm_on_load": not args.disable_tqdm}
             if current_platform.is_cpu():
                 from pods_rl.trainer.vllm_cpu import prepare_cpu_engine
 
                 if args.vllm_enable_sleep_mode:
                     raise ValueError("vllm_enable_sleep_mode: vLLM's CPU engine has no sleep mode; set it to False.")
                 prepare_cpu_engine()
-                eager = functools.partial(vllm_generation.LLM, enforce_eager=True)
-                stack.enter_context(_replaced(vllm_generation, "LLM", eager))
+                engine_options["enforce_eager"] = True
+            engine = functools.partial(vllm_generation.LLM, **engine_options)
+            stack.enter_context(_replaced(vllm_generation, "LLM", engine))
         sized = functools.partial(grpo_trainer.VLLMGeneration, max_num_seqs=pool_rows_per_engine(args))
         stack.enter_context(_replaced(grpo_trainer, "VLLMGeneration", _overriding(sized)))
         yield

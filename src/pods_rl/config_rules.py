@@ -93,6 +93,16 @@ def check_batch(rows_per_process: int, num_processes: int, n: int, m: int, budge
         )
 
 
+def check_batch_fields(fields: Mapping[str, Any], num_processes: int, *, section: str = "") -> None:
+    """`check_batch` on PODSConfig fields (absent ones at their defaults), before GRPOConfig derives the rows."""
+    rows = rows_per_process(fields, num_processes)
+    if rows is None:
+        return
+    values = {**TRL_DEFAULTS, **PODS_DEFAULTS, **fields}
+    n = values["num_generations"]
+    check_batch(rows, num_processes, n, values["num_selected"] or n, values["selection_budget"], section=section)
+
+
 def rows_per_process(fields: Mapping[str, Any], num_processes: int) -> int | None:
     """The rows each process trains per generation, as GRPOConfig derives them from the batch fields (None where they
     contradict each other, which GRPOConfig reports itself)."""

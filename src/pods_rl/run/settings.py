@@ -28,14 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from pods_rl.config_rules import (
-    PODS_DEFAULTS,
-    TRL_DEFAULTS,
-    check_batch,
-    check_selection_fields,
-    check_vllm,
-    rows_per_process,
-)
+from pods_rl.config_rules import check_batch_fields, check_selection_fields, check_vllm
 from pods_rl.run.field_types import FIELD_TYPES
 from pods_rl.tasks.names import check_task_name
 
@@ -125,14 +118,7 @@ class RunSettings(BaseModel):
         check_selection_fields(self.trainer, section="trainer.")
         if checks == "all":
             check_vllm(self.trainer.get("use_vllm", False), section="trainer.")
-            processes = int(os.environ.get("WORLD_SIZE", "1"))
-            rows = rows_per_process(self.trainer, processes)
-            fields = {**TRL_DEFAULTS, **PODS_DEFAULTS, **self.trainer}
-            n = fields["num_generations"]
-            if rows is not None:
-                check_batch(
-                    rows, processes, n, fields["num_selected"] or n, fields["selection_budget"], section="trainer."
-                )
+            check_batch_fields(self.trainer, int(os.environ.get("WORLD_SIZE", "1")), section="trainer.")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -175,20 +175,23 @@ def eval_command(
 ) -> None:
     """Held-out pass@1 accuracy of any model on a task's test split."""
     from pods_rl.run.folders import check_model_name
+    from pods_rl.tasks.names import check_task_name
 
     try:
+        check_task_name(task)
         check_model_name(model)
     except ValueError as error:
         _fail(error)
 
-    from pods_rl.evaluation import evaluate
     from pods_rl.run.display import Display
     from pods_rl.run.logs import RunLogs
-    from pods_rl.run.settings import RunSettings
-    from pods_rl.run.train import load_run_model, load_run_task
 
-    display, logs = Display(console), RunLogs(verbose=verbose)
+    display, logs = Display(console), RunLogs(verbose=verbose)  # before the heavy imports: they log too
     try:
+        from pods_rl.evaluation import evaluate
+        from pods_rl.run.settings import RunSettings
+        from pods_rl.run.train import load_run_model, load_run_task
+
         logs.route_libraries()
         task_bundle = load_run_task(RunSettings(model=model, task=task))
         dataset = task_bundle.test
@@ -203,7 +206,7 @@ def eval_command(
             batch_size=batch_size,
             num_samples=sampled_k,
             temperature=temperature,
-            progress=display.callback("evaluation"),
+            progress=display.callback("evaluation", quiet_if_short=True),
         )
     except ValueError as error:
         _fail(error)

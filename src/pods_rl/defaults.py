@@ -7,6 +7,8 @@ them too (the paper's sizes). How the presets were chosen, with the measurements
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from pods_rl.run.settings import accelerator_available, merge
@@ -69,12 +71,40 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
     "eval": {"every_steps": 25, "batch_size": 50},  # by steps, so that `--eval-every` alone replaces it
 }
 
-# Where vLLM is installed (`make vllm`), the preset generates with it: a step took 11.7 s against 14.9 s with HF
-# `generate` on the 2-core CPU (docs/benchmarks.md, "Generation with vLLM"). 512 tokens hold the prompt and the
-# completion; vLLM's default, the model's 8192, would reserve a KV cache 16x larger.
+# Where vLLM is installed (`make vllm`) and the CPU has AVX-512 (`generation_backend`), the preset generates with it.
+# 512 tokens hold the prompt and the completion; vLLM's default, the model's 8192, would reserve a KV cache 16x larger.
 SMOLLM2_CPU_VLLM: dict[str, Any] = {"trainer": {"use_vllm": True, "vllm_max_model_length": 512}}
 
+CPUINFO = Path("/proc/cpuinfo")
+
 SMOLLM2_CPU_NOTE = "the CPU preset of smollm2-135m on arithmetic (no accelerator found); your settings override it"
+
+
+def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
+    """Whether the SmolLM2 CPU preset generates with vLLM on a CPU with these instruction-set flags, and why.
+
+    The rule follows the measurements of `benchmarks/vllm_cost.py` (docs/benchmarks.md, "Generation with vLLM
+    (CPU)"), one per instruction set: on an Intel Xeon with AVX-512 a SmolLM2 step took 11.7 s with vLLM's CPU build
+    against 14.9 s with HF `generate`; on an AMD EPYC with AVX2 only, 37.5 s against 16.9 s (vLLM generated 2.5x
+    slower there, its CPU kernels being built for AVX-512). So vLLM where the CPU has AVX-512, HF `generate`
+    elsewhere; `--vllm` / `--no-vllm` override either.
+    """
+    if "avx512f" in cpu_flags:
+        return True, "AVX-512 CPU: vLLM's CPU build measured 1.3x faster per step there; --no-vllm turns it off"
+    kind = "AVX2 CPU" if "avx2" in cpu_flags else "CPU"
+    return False, f"{kind} without AVX-512: vLLM's CPU build measured 2.2x slower per step there; --vllm forces it"
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags of this machine's CPU, from /proc/cpuinfo (none where there is no such file)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return frozenset()
+    return next(
+        (frozenset(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")),
+        frozenset(),
+    )
 
 
 def preset_for(model: str, task: str) -> str | None:
@@ -88,6 +118,14 @@ def preset_for(model: str, task: str) -> str | None:
     return None
 
 
+def preset_generation(model: str, task: str) -> tuple[bool, str] | None:
+    """The preset's choice of generation backend for `model` on `task` and its reason; None where no preset
+    chooses (any model but the CPU preset's, or no vLLM installed: HF `generate` then, as always)."""
+    if preset_for(model, task) != "smollm2-135m" or not vllm_installed():
+        return None
+    return generation_backend(cpu_flags())
+
+
 def default_run_settings(model: str = "tiny", task: str = "arithmetic") -> dict[str, Any]:
     """The defaults a run of `model` on `task` starts from, as the mapping a YAML config file would hold."""
     from pods_rl.models.tiny import TINY_TASK_OPTIONS
@@ -98,6 +136,7 @@ def default_run_settings(model: str = "tiny", task: str = "arithmetic") -> dict[
         settings = merge(settings, {**TINY_ARITHMETIC, "task_options": dict(TINY_TASK_OPTIONS)})
     elif preset == "smollm2-135m":
         settings = merge(settings, SMOLLM2_CPU_ARITHMETIC)
-        if vllm_installed():
+        generation = preset_generation(model, task)
+        if generation is not None and generation[0]:
             settings = merge(settings, SMOLLM2_CPU_VLLM)
     return settings

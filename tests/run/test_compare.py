@@ -7,7 +7,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-import pods_rl.trainer.config
+import pods_rl.versions
 from pods_rl.cli import app
 from pods_rl.run import compare
 from pods_rl.run.compare import resolve_compare
@@ -264,7 +264,7 @@ def test_unknown_arm_is_rejected():
     "name", ["compare-tiny.yaml", "compare-smollm2.yaml", "compare-smollm2-cpu.yaml", "compare-smollm2-vllm.yaml"]
 )
 def test_shipped_compare_configs_resolve(name, monkeypatch):
-    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: True)  # the vLLM config's environment
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)  # the vLLM config's environment
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0
     assert settings.base["eval"]["every_seconds"] > 0

@@ -7,6 +7,7 @@ import time
 
 from rich.console import Console
 
+import pods_rl.run.display
 from pods_rl.run.display import Display
 
 
@@ -35,6 +36,43 @@ def test_short_phase_leaves_its_outcome_to_the_caller():
     display.update("evaluation", 16, 16)  # the same end reported twice
     display.close()
     assert out.getvalue() == ""
+
+
+def test_short_evaluation_prints_no_progress_lines(monkeypatch):
+    """An evaluation in a log (quiet if short: its caller prints the outcome) that ends within heartbeat / 3 seconds
+    prints nothing, however many rows it reports; one that runs longer prints its tenths from then on."""
+    now = [0.0]
+    monkeypatch.setattr(pods_rl.run.display.time, "monotonic", lambda: now[0])
+    console, out = file_console()
+    display = Display(console, heartbeat=30)
+    progress = display.callback("evaluation", quiet_if_short=True)
+    for done in (0, 37, 90, 151, 200):  # rows ending mid-batch, reported as they end
+        now[0] += 0.1
+        progress(done, 200)
+    assert out.getvalue() == ""
+    for done in (0, 40, 80, 120, 200):
+        now[0] += 4.0  # 10 s in at the third report
+        progress(done, 200)
+    display.close()
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()] == [
+        "evaluation 120/200",
+        "evaluation 200/200",
+    ]
+
+
+def test_a_phase_in_seconds_counts_with_a_clock():
+    """Training under a time budget reports seconds of training: its count reads as time, a tenth of the budget a
+    line."""
+    console, out = file_console()
+    display = Display(console, heartbeat=3600)
+    for seconds in (0.0, 12.5, 31.2, 58.0, 64.9, 300.4):
+        display.update("training", seconds, 300.0, "reward 0.5", in_seconds=True)
+    display.close()
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()] == [
+        "training 0:31/5:00",
+        "training 1:04/5:00",
+        "training 5:00/5:00",
+    ]
 
 
 def test_heartbeat_while_a_phase_is_stuck():

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 import pods_rl.defaults
 import pods_rl.models
+import pods_rl.run.folders
 import pods_rl.tasks
-import pods_rl.trainer.config
+import pods_rl.versions
 from pods_rl.cli import _cli_overrides, app
 from pods_rl.trainer.trainer import RewardError
 
@@ -143,20 +144,148 @@ def test_bad_setting_is_one_line_without_traceback(case, no_model_loading, tmp_p
     assert not (tmp_path / "run").exists()  # nothing was created either
 
 
-def test_settings_are_checked_before_torch_is_imported(tmp_path):
-    """The fast path: a mistyped setting is reported by a process that never imported torch, TRL or transformers."""
+HEAVY_MODULES = ("torch", "transformers", "trl", "datasets", "reasoning_gym", "vllm", "peft")
+OFFLINE = {"HF_ENDPOINT": "https://hub.invalid"}  # .invalid never resolves (RFC 2606)
+FAST_CASES = {
+    "trainer value of the wrong type": (
+        ["--set", "trainer.num_generations=abc"],
+        {},
+        "settings: trainer.num_generations: expected int | None, got 'abc'.",
+    ),
+    "unknown task": (
+        ["--task", "nosuchtask"],
+        {},
+        "settings: task: unknown task 'nosuchtask'; available: arithmetic, gsm8k, math, reasoning-gym:<name>.",
+    ),
+    "unknown reasoning-gym dataset": (
+        ["--task", "reasoning-gym:gsm_symbolc"],
+        {},
+        "settings: task: unknown reasoning-gym dataset 'gsm_symbolc' (did you mean 'gsm_symbolic'?); available: ab, "
+        "acre, advanced_geometry,",
+    ),
+    "m > n": (
+        ["-n", "4", "-m", "5"],
+        {},
+        "settings: trainer.num_selected (m) must satisfy 2 <= m <= num_generations (n=4), got 5: a group of one has "
+        "zero variance",
+    ),
+    "m > the default n": (["-m", "32"], {}, "trainer.num_selected (m) must satisfy 2 <= m <= num_generations (n=16)"),
+    "n < 2": (["-n", "1", "-m", "1"], {}, "settings: trainer.num_generations (the pool size n) must be >= 2, got 1."),
+    "unknown rule": (
+        ["--selection-rule", "best"],
+        {},
+        "settings: trainer.selection_rule must be one of ('max_variance', 'max_reward', 'random'), got 'best'.",
+    ),
+    "unknown advantage stats": (
+        ["--set", "trainer.advantage_stats=all"],
+        {},
+        "settings: trainer.advantage_stats must be one of ('selected', 'pool'), got 'all'.",
+    ),
+    "batch budget with another rule": (
+        ["--set", "trainer.selection_budget=batch", "--selection-rule", "random"],
+        {},
+        "settings: trainer.selection_budget='batch' needs selection_rule='max_variance' (it optimises the selected "
+        "variance), got selection_rule='random'.",
+    ),
+    "tie break with another rule": (
+        ["--set", "trainer.selection_tie_break=shortest", "--selection-rule", "max_reward"],
+        {},
+        "trainer.selection_tie_break='shortest' needs selection_rule='max_variance'",
+    ),
+    "trained rows not a multiple of m": (
+        ["-m", "3"],
+        {},
+        "settings: trainer.per_device_train_batch_size * steps_per_generation * processes (64 * 1), the rows trained "
+        "per generation, must be divisible by num_selected (m=3)",
+    ),
+    "rollouts not whole per process": (
+        ["-n", "3", "-m", "2", "--set", "trainer.per_device_train_batch_size=1"],
+        {"WORLD_SIZE": "2"},
+        "settings: trainer.per_device_train_batch_size * steps_per_generation (1) * num_generations (3) must be "
+        "divisible by num_selected (2), so that each process generates a whole number of rollouts.",
+    ),
+    "batch budget with pools across processes": (
+        [
+            "-n",
+            "8",
+            "-m",
+            "4",
+            "--set",
+            "trainer.per_device_train_batch_size=2",
+            "--set",
+            "trainer.selection_budget=batch",
+        ],
+        {"WORLD_SIZE": "2"},
+        "settings: trainer.selection_budget='batch' spreads each process's rows over its own prompts, so every "
+        "prompt's pool must lie on one process: per_device_train_batch_size * steps_per_generation (2) must be a "
+        "multiple of num_selected (4).",
+    ),
+    "lora rank negative": (
+        ["--set", "lora.r=-1"],
+        {},
+        "settings: lora.r: input should be greater than or equal to 1, got -1.",
+    ),
+    "lora rank via --lora-r": (
+        ["--lora-r", "-2"],
+        {},
+        "settings: lora.r: input should be greater than or equal to 1, got -2.",
+    ),
+    "lora dropout above 1": (
+        ["--set", "lora.lora_dropout=1.5"],
+        {},
+        "settings: lora.lora_dropout: input should be less than or equal to 1, got 1.5.",
+    ),
+    "qalora group size zero": (
+        ["--set", "lora.qalora_group_size=0"],
+        {},
+        "settings: lora.qalora_group_size: input should be greater than or equal to 1, got 0.",
+    ),
+    "hub model while the hub is unreachable": (
+        ["--model", "does/notexist"],
+        OFFLINE,
+        "error: Model 'does/notexist' is neither built in nor a local folder, and the Hugging Face hub cannot be used "
+        "to download it (hub.invalid cannot be reached); it is not in the hub cache either: use a built-in model "
+        "['smollm2-135m', 'tiny'] (see `pods models`) or a local folder.",
+    ),
+    "hub model in offline mode": (
+        ["--model", "does/notexist"],
+        {"HF_HUB_OFFLINE": "1"},
+        "the Hugging Face hub cannot be used to download it (offline mode is on (HF_HUB_OFFLINE))",
+    ),
+}
+
+
+def run_cli_in_fresh_process(
+    args: list[str], environment: dict[str, str], tmp_path: Path
+) -> tuple[int, list[str], str]:
+    """`pods train ARGS` in a new interpreter: its exit status, the heavy modules it had imported, its output."""
     code = (
-        "import sys\n"
+        "import sys, json\n"
         "from typer.testing import CliRunner\n"
         "from pods_rl.cli import app\n"
-        f"result = CliRunner().invoke(app, ['train', '--output-dir', {str(tmp_path / 'run')!r}, "
-        "'--set', 'trainer.num_generations=abc'])\n"
-        "print(result.exit_code, sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))\n"
+        f"result = CliRunner().invoke(app, ['train', '--output-dir', {str(tmp_path / 'run')!r}, *{args!r}])\n"
+        f"print(json.dumps([result.exit_code, sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)]))\n"
         "print(result.output)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines()[0] == "2 []", done.stdout
-    assert "trainer.num_generations: expected int | None, got 'abc'" in done.stdout
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "WORLD_SIZE")}
+    env = {**env, "HF_HOME": str(tmp_path / "hf"), **environment}
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(proxy, None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    first, _, output = done.stdout.partition("\n")
+    status, imported = json.loads(first)
+    return status, imported, " ".join(output.split())
+
+
+@pytest.mark.parametrize("case", list(FAST_CASES))
+def test_bad_input_fails_in_one_line_before_any_heavy_import(case, tmp_path):
+    """The fast path: every bad input is reported, in one line naming the setting, by a process that has imported
+    none of torch, transformers, TRL, datasets, reasoning-gym, vLLM or peft (and has loaded no model)."""
+    args, environment, message = FAST_CASES[case]
+    status, imported, output = run_cli_in_fresh_process(args, environment, tmp_path)
+    assert (status, imported) == (2, []), output
+    assert output.startswith("error: ") and message in output, output
+    assert not (tmp_path / "run").exists()
 
 
 def test_unreachable_hub_says_how_to_use_local_files(tmp_path):
@@ -223,9 +352,11 @@ def test_overwrite_keeps_the_previous_run_when_a_check_fails(no_model_loading, t
 
 
 def test_overwrite_keeps_the_previous_run_when_the_model_cannot_load(tmp_path, monkeypatch):
-    """The model is the last check before the folder is replaced: a model that cannot load leaves it intact."""
+    """The model is the last check before the folder is replaced: a model that cannot load leaves it intact. (The
+    hub's probe says it can be used; offline mode then makes the download itself fail.)"""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(pods_rl.run.folders, "hub_unusable", lambda: None)
     out = a_previous_run(tmp_path / "run")
     result = runner.invoke(app, ["train", "--output-dir", str(out), "--overwrite", "--model", "does/notexist"])
     assert result.exit_code == 2, result.output
@@ -356,7 +487,7 @@ def test_vllm_flag_sets_use_vllm():
 
 
 def test_vllm_without_vllm_installed_fails_before_the_model_loads(no_model_loading, monkeypatch, tmp_path):
-    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: False)
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: False)
     result = runner.invoke(app, ["train", "--vllm", "--output-dir", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "use_vllm=True needs vLLM" in result.output and "make vllm" in result.output

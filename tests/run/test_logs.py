@@ -1,6 +1,7 @@
 """The libraries' logs, warnings and progress bars go to the run's log file, not the console."""
 
 import logging
+import os
 import warnings
 
 import datasets  # noqa: F401 (imported, as in a run, before the logs are routed)
@@ -46,3 +47,44 @@ def test_verbose_also_shows_library_logs(capfd):
     finally:
         logs.close()
     assert "WARNING transformers.trainer: a library's warning" in capfd.readouterr().err
+
+
+def test_native_output_goes_to_the_log_file(tmp_path, capfd):
+    """What native code writes to the process's stdout/stderr during the block (vLLM's C++ engine start) lands in
+    train.log, after the records before it; outside the block, and with --verbose, it stays on the console."""
+    logs = RunLogs(verbose=False)
+    try:
+        logs.write_to(tmp_path / "train.log")
+        logging.getLogger("vllm.engine").warning("starting the engine")
+        with logs.native_output():
+            os.write(2, b"[W utils.cpp:68] Warning: NUMA binding: ...\n")
+            os.write(1, b"native stdout\n")
+        os.write(2, b"after the block\n")
+    finally:
+        logs.close()
+    out, err = capfd.readouterr()
+    assert "NUMA" not in err and "native stdout" not in out and "after the block" in err
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    assert lines[0].endswith("WARNING vllm.engine: starting the engine")
+    assert lines[1:] == ["[W utils.cpp:68] Warning: NUMA binding: ...", "native stdout"]
+    verbose = RunLogs(verbose=True)
+    try:
+        verbose.write_to(tmp_path / "verbose.log")
+        with verbose.native_output():
+            os.write(2, b"shown when verbose\n")
+    finally:
+        verbose.close()
+    assert "shown when verbose" in capfd.readouterr().err
+
+
+def test_vllm_logs_into_ours(monkeypatch):
+    """vLLM configures a console handler of its own on import unless VLLM_CONFIGURE_LOGGING is 0: a run sets it
+    (unless the user did) before anything imports vLLM, and restores it after."""
+    monkeypatch.delenv("VLLM_CONFIGURE_LOGGING", raising=False)
+    logs = RunLogs(verbose=False)
+    assert os.environ["VLLM_CONFIGURE_LOGGING"] == "0"
+    logs.close()
+    assert "VLLM_CONFIGURE_LOGGING" not in os.environ
+    monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "1")
+    RunLogs(verbose=False).close()
+    assert os.environ["VLLM_CONFIGURE_LOGGING"] == "1"

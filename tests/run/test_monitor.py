@@ -22,16 +22,17 @@ def _monitor(tmp_path, time_budget, train_seconds) -> RunMonitor:
 @pytest.mark.parametrize(
     ("time_budget", "train_seconds", "step", "expected"),
     [
-        (None, 100.0, 10, 250),  # no budget: the step limit
-        (600.0, 0.0, 0, 250),  # no pace yet
-        (600.0, 100.0, 10, 60),  # 10 s a step, 500 s left: 50 more steps
-        (600.0, 95.0, 10, 64),  # 9.5 s a step, 505 s left: 53.2, so 54 more (the budget stops a run after a step)
-        (6000.0, 100.0, 10, 250),  # the step limit comes first
-        (600.0, 600.0, 60, 60),  # the budget is spent: this is the last step
+        (600.0, 0.0, 0, 600.0),  # no pace yet: the budget
+        (600.0, 100.0, 10, 600.0),  # 10 s a step: step 250 would take 2500 s, the budget comes first
+        (6000.0, 100.0, 10, 2500.0),  # the step limit comes first: 240 more steps at 10 s
+        (6000.0, 2500.0, 250, 2500.0),  # the last step done: exactly the seconds trained, so the display ends
+        (600.0, 601.5, 60, 600.0),  # the budget is spent (a run stops after the step that crosses it)
     ],
 )
-def test_expected_steps_follow_the_time_budget(tmp_path, time_budget, train_seconds, step, expected) -> None:
-    assert _monitor(tmp_path, time_budget, train_seconds).expected_steps(step, 250) == expected
+def test_expected_seconds_follow_the_time_budget_and_the_step_limit(
+    tmp_path, time_budget, train_seconds, step, expected
+) -> None:
+    assert _monitor(tmp_path, time_budget, train_seconds).expected_seconds(step, 250) == expected
 
 
 class FakeClock:

@@ -1,4 +1,7 @@
+import dataclasses
+import importlib.util
 import json
+import re
 
 import pytest
 import yaml
@@ -97,6 +100,45 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
     assert "INFO transformers" in log
 
 
+def test_time_budget_progress_counts_time_not_the_step_limit(tiny_model_dir, tmp_path):
+    """Under a time budget, with `pods compare`'s placeholder step limit, the console's progress counts seconds of
+    training out of the budget, not steps out of a million."""
+    out = tmp_path / "run"
+    budget = ["--time-budget", "3", "--set", "trainer.max_steps=1000000", "--set", "eval.every_steps=1000"]
+    result = quick_train(tiny_model_dir, out, *budget)
+    assert result.exit_code == 0, result.output
+    progress = [line for line in result.output.splitlines() if line.startswith("training ")]
+    assert progress and all(re.fullmatch(r"\d:\d\d/0:03", line.split()[1]) for line in progress), progress
+    minutes, seconds = progress[-1].split()[1].split("/")[0].split(":")
+    assert 60 * int(minutes) + int(seconds) >= 3  # the last line: the step that crossed the budget
+    assert json.loads((out / "summary.json").read_text())["train_seconds"] >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (`make vllm`'s environment)")
+def test_vllm_run_console_stays_quiet(tmp_path):
+    """A short `pods train --vllm` in a fresh process (as a user runs it, so that vLLM is imported inside the run):
+    the console shows the plan, progress and results; vLLM's import and engine messages (its loggers, Triton's
+    notice, the C++ engine's NUMA warning) and its weight-loading bars go to train.log. `make test-vllm` runs it."""
+    import subprocess
+    import sys
+
+    from pods_rl.models.tiny import VLLM_RECIPE, build_tiny
+
+    model = build_tiny(dataclasses.replace(VLLM_RECIPE, sft_steps=3), cache_dir=tmp_path / "models")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "pods_rl", "train", "--vllm", "--model", str(model), "--output-dir", str(out)]
+    options = ["-n", "4", "-m", "2", "--max-steps", "1", "--set", "eval.every_steps=null", *QUICK]
+    options += ["--set", "task_options.num_test=4", "--set", "trainer.vllm_max_model_length=128"]
+    done = subprocess.run([*command, *options], capture_output=True, text=True, check=False)
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console
+    for unwanted in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "Warning", "it/s]", "%|"):
+        assert unwanted not in console, unwanted
+    assert "generation: vLLM (colocate)" in console and f"done: {out}" in console
+    assert "INFO vllm." in (out / "train.log").read_text()
+
+
 def test_config_file_and_overrides(tiny_model_dir, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"trainer": {"learning_rate": 5.0e-5, "num_generations": 8}, "seed": 3}))
@@ -142,19 +184,34 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
     )
 
 
-@pytest.mark.parametrize(("gpu", "vllm", "options"), [(False, False, []), (True, False, []), (False, True, []),
-                                                      (False, True, ["--no-vllm"])])  # fmt: skip
-def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vllm, options):
+AVX512_REASON = "AVX-512 CPU: vLLM's CPU build measured 1.3x faster per step there; --no-vllm turns it off"
+AVX2_REASON = "AVX2 CPU without AVX-512: vLLM's CPU build measured 2.2x slower per step there; --vllm forces it"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "vllm", "flags", "options", "generation"),
+    [
+        (False, False, "avx512f", [], "HF generate"),
+        (True, False, "avx512f", [], None),
+        (False, True, "avx512f", [], f"vLLM (colocate) ({AVX512_REASON})"),
+        (False, True, "avx512f", ["--no-vllm"], "HF generate"),
+        (False, True, "avx2", [], f"HF generate ({AVX2_REASON})"),
+        (False, True, "avx2", ["--vllm"], "vLLM (colocate)"),
+    ],
+    ids=["cpu", "gpu", "avx512 vllm", "avx512 --no-vllm", "avx2 vllm", "avx2 --vllm"],
+)
+def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vllm, flags, options, generation):
     """`pods train --model smollm2-135m` on a CPU plans the CPU preset and says so, generating with vLLM where it is
-    installed unless told not to; on a GPU, the generic sizes."""
+    installed and the CPU has AVX-512 (and saying why) unless told otherwise; on a GPU, the generic sizes."""
     import pods_rl.defaults
     import pods_rl.models
-    import pods_rl.trainer.config
+    import pods_rl.versions
 
     monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: gpu)
     monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: vllm)
-    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: vllm)
+    monkeypatch.setattr(pods_rl.defaults, "cpu_flags", lambda: frozenset({"avx", "avx2", flags}))
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: vllm)
     out = tmp_path / "run"
     command = ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out), *options]
     result = runner.invoke(app, command)
@@ -170,9 +227,8 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
         "per step: 2 prompts x n=8 = 16 rollouts of up to 64 tokens generated, m=2 per prompt = 4 rows trained; "
         "learning rate 2e-05",
         "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
-        "generation: vLLM (colocate); evaluation: on the same vLLM engine"
-        if vllm and not options
-        else "generation: HF generate; evaluation: HF generate",
+        f"generation: {generation}; evaluation: "
+        + ("on the same vLLM engine" if generation.startswith("vLLM") else "HF generate"),
     ]
     assert not out.exists()
 

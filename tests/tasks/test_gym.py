@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from pods_rl import rewards
 from pods_rl.tasks import Task, load_task
-from pods_rl.tasks.gym import gym_dataset_names
+from pods_rl.tasks.gym import load_reasoning_gym
+from pods_rl.tasks.names import REASONING_GYM_DATASETS
 
 # Datasets that cannot be built from a name and a size alone.
 NEEDS_CONFIG = {"composite": "composes other datasets: needs a config listing them"}
@@ -68,6 +69,8 @@ def test_gym_config_reaches_the_dataset() -> None:
 def test_unknown_gym_dataset_lists_the_names() -> None:
     with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'; available: .*gsm_symbolic"):
         load_task("reasoning-gym:nope")
+    with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'; available: .*gsm_symbolic"):
+        load_reasoning_gym("nope")
 
 
 def test_answers_that_could_run_code_are_never_scored(tmp_path: Path) -> None:
@@ -95,7 +98,7 @@ def test_fuzz_gym_accuracy_returns_floats(spiral_task: Task, texts: list[str]) -
     assert len(scores) == len(texts) and all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
 
 
-@pytest.mark.parametrize("name", gym_dataset_names())
+@pytest.mark.parametrize("name", REASONING_GYM_DATASETS)
 def test_every_gym_dataset_builds_a_tiny_task(name: str) -> None:
     if name in NEEDS_CONFIG:
         pytest.skip(NEEDS_CONFIG[name])

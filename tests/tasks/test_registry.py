@@ -26,7 +26,9 @@ def test_arithmetic_is_the_default() -> None:
 
 
 def test_unknown_task_lists_the_tasks() -> None:
-    with pytest.raises(ValueError, match="unknown task 'gsm9k'; available: arithmetic, gsm8k, math"):
+    with pytest.raises(
+        ValueError, match=r"unknown task 'gsm9k' \(did you mean 'gsm8k'\?\); available: arithmetic, gsm8k, math"
+    ):
         load_task("gsm9k")
 
 

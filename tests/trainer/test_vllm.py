@@ -61,6 +61,7 @@ def trainer(tmp_path_factory):
             vllm_max_model_length=32,
             vllm_importance_sampling_mode="token_truncate",
             vllm_importance_sampling_clip_max=CLIP,
+            disable_tqdm=True,  # as `pods train` runs it
         )
     )
     return PODSTrainer(
@@ -80,6 +81,7 @@ def test_trl_contract():
     assert "self.llm = LLM(" in engine_start and "enforce_eager" not in engine_start
     # The engine's token budget per step is fixed in the call (no setting reaches it); PODS reads it there.
     assert "max_num_batched_tokens=4096," in engine_start
+    assert "use_tqdm_on_load" not in engine_start
     assert "if self.state.global_step != self._last_loaded_step:" in inspect.getsource(
         GRPOTrainer._generate_single_turn
     )
@@ -90,6 +92,7 @@ def test_engine_batch_is_the_pool_and_eager(trainer):
     # TRL would size it to the trained rows (PROMPTS * M = 4): the pool would be decoded in n/m = 4 waves.
     assert config.scheduler_config.max_num_seqs == PROMPTS * N
     assert config.model_config.enforce_eager  # on a CPU: no inductor compile inside the first training step
+    assert not config.load_config.use_tqdm_on_load  # no weight-loading bars, as the trainer's (disable_tqdm)
 
 
 def test_engine_batch_is_the_pool_up_to_the_engines_token_budget():

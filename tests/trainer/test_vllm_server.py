@@ -12,7 +12,7 @@ import torch
 import trl.generation.vllm_generation as trl_vllm
 from support import make_trainer
 
-import pods_rl.trainer.config
+import pods_rl.versions
 
 N, M, PROMPTS = 8, 2, 2
 
@@ -55,7 +55,7 @@ class StandInServer:
 @pytest.fixture
 def server_trainer(tmp_path, monkeypatch):
     monkeypatch.setattr(trl_vllm, "is_vllm_available", lambda: True)
-    monkeypatch.setattr(pods_rl.trainer.config, "vllm_installed", lambda: True)
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
     monkeypatch.setattr(trl_vllm, "VLLMClient", StandInServer)
     StandInServer.instances.clear()
     trainer = make_trainer(

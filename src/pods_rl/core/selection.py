@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-RULES = ("max_variance", "max_reward", "random")
+from pods_rl.config_rules import SELECTION_RULES as RULES
+
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Candidate splits whose scores differ by less than this fraction of the score scale (m * range / 2)^2 are
 # ties: far below any real difference in variance, far above the rounding of float64 sums, so CPU and GPU

@@ -2,7 +2,9 @@
 
 On a terminal it is a rich progress display sized to the terminal's width. Elsewhere (a log file, a pipe) it prints
 plain lines: one per tenth of a phase, and at least one every `heartbeat` seconds while a phase runs, so a log that
-stops growing means a stuck run, not a slow one.
+stops growing means a stuck run, not a slow one. A phase whose outcome its caller prints (an evaluation, followed by
+"step N: held-out accuracy ...") can ask to be quiet when short: it then prints no progress line unless it runs for
+`heartbeat / 3` seconds, so a quick evaluation leaves one line in the log, its outcome.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ NARROW = 100  # columns below which the bar and the remaining time are left out
 
 @dataclass
 class _Phase:
-    total: int | None
-    done: int = 0
+    total: float | None
+    done: float = 0
     text: str = ""
-    started: float = field(default_factory=time.monotonic)
-    printed_at: float = field(default_factory=time.monotonic)
+    # Looked up at each call (not bound once), so that a test can set the clock.
+    started: float = field(default_factory=lambda: time.monotonic())
+    printed_at: float = field(default_factory=lambda: time.monotonic())
     printed_done: int = 0
     printed: bool = False
+    quiet_for: float = 0.0  # seconds from the start without progress lines (in a log)
+    in_seconds: bool = False  # the count is of seconds, shown as a clock
     task_id: TaskID | None = None
 
 
@@ -54,14 +59,29 @@ class Display:
         kwargs.setdefault("soft_wrap", True)
         (self._progress.console if self._progress else self.console).print(*objects, **kwargs)
 
-    def update(self, name: str, done: int, total: int | None = None, text: str = "") -> None:
-        """Report `done` of `total` units of phase `name` (started on its first report, finished at done == total)."""
+    def update(
+        self,
+        name: str,
+        done: float,
+        total: float | None = None,
+        text: str = "",
+        *,
+        quiet_if_short: bool = False,
+        in_seconds: bool = False,
+    ) -> None:
+        """Report `done` of `total` units of phase `name` (started on its first report, finished at done >= total).
+
+        Read on the phase's first report: `quiet_if_short`, the caller prints the phase's outcome, so in a log the
+        phase prints progress lines only once it has run `heartbeat / 3` seconds; `in_seconds`, the units are
+        seconds (of training, under a time budget), shown as a clock ("1:05/5:00")."""
         with self._lock:
             phase = self._phases.get(name)
             if phase is None:
                 if self._finished.get(name) == (done, total):
                     return  # the same end reported again
-                phase = self._phases[name] = _Phase(total=total)
+                phase = self._phases[name] = _Phase(
+                    total=total, quiet_for=self.heartbeat / 3 if quiet_if_short else 0.0, in_seconds=in_seconds
+                )
                 self._start(name, phase)
             phase.done, phase.text = done, text
             if total is not None:
@@ -75,9 +95,9 @@ class Display:
                 del self._phases[name]
                 self._finished[name] = (done, phase.total)
 
-    def callback(self, name: str):
+    def callback(self, name: str, *, quiet_if_short: bool = False):
         """`update` for one phase, as the (done, total) callback the models and the evaluation take."""
-        return lambda done, total: self.update(name, done, total)
+        return lambda done, total: self.update(name, done, total, quiet_if_short=quiet_if_short)
 
     def close(self) -> None:
         self._stop.set()
@@ -118,8 +138,11 @@ class Display:
 
     # ------------------------------------------------------------- log file / pipe
     def _line_due(self, phase: _Phase) -> bool:
+        now = time.monotonic()
+        if now - phase.started < phase.quiet_for:
+            return False
         step = max(1, (phase.total or 0) // self.lines_per_phase)
-        return phase.done - phase.printed_done >= step or time.monotonic() - phase.printed_at >= self.heartbeat
+        return phase.done - phase.printed_done >= step or now - phase.printed_at >= self.heartbeat
 
     def _worth_a_last_line(self, phase: _Phase) -> bool:
         """A phase that already printed, or ran long, ends with a line; a short one leaves it to its caller."""
@@ -151,7 +174,9 @@ class Display:
 
 
 def _count(phase: _Phase) -> str:
-    return f"{phase.done}/{phase.total}" if phase.total else ""
+    if not phase.total:
+        return ""
+    return f"{_clock(phase.done)}/{_clock(phase.total)}" if phase.in_seconds else f"{phase.done}/{phase.total}"
 
 
 def _clock(seconds: float) -> str:

@@ -1,4 +1,5 @@
-"""Run folders: naming, what counts as a run, and the rules for reusing one (`--resume`, `--overwrite`).
+"""Run folders: naming, what counts as a run, and the rules for reusing one (`--resume`, `--overwrite`); and
+whether the model a run names can be had.
 
 Kept free of torch and TRL, so that `pods train` refuses a wrong folder in a second. A folder is only ever deleted
 when it holds a run (a `config.yaml` of run settings) and the user asked for `--overwrite`.
@@ -11,6 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
+from pods_rl.hub import hub_unusable, in_hub_cache
 from pods_rl.run.settings import RunSettings, SettingsError, read_yaml
 
 CONFIG_FILE = "config.yaml"
@@ -25,18 +27,28 @@ def default_output_dir(settings: RunSettings) -> Path:
 
 
 def check_model_name(name: str) -> None:
-    if name in BUILTIN_MODEL_NAMES or Path(name).exists() or HUB_ID.match(name):
+    """A built-in model, a local folder, or a hub id that can be downloaded now or was before (the hub is probed
+    only for a hub id: offline, a model that is not in the cache fails here, before anything loads)."""
+    if name in BUILTIN_MODEL_NAMES or Path(name).exists():
         return
-    raise SettingsError(
-        f"Unknown model {name!r}: use a built-in model {sorted(BUILTIN_MODEL_NAMES)}, a local folder, or a Hugging "
-        "Face hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
-    )
+    if not HUB_ID.match(name):
+        raise SettingsError(
+            f"Unknown model {name!r}: use a built-in model {sorted(BUILTIN_MODEL_NAMES)}, a local folder, or a "
+            "Hugging Face hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'."
+        )
+    unusable = hub_unusable()
+    if unusable is not None and not in_hub_cache(name):
+        raise SettingsError(
+            f"Model {name!r} is neither built in nor a local folder, and the Hugging Face hub cannot be used to "
+            f"download it ({unusable}); it is not in the hub cache either: use a built-in model "
+            f"{sorted(BUILTIN_MODEL_NAMES)} (see `pods models`) or a local folder."
+        )
 
 
 def holds_run(folder: Path) -> bool:
     """Whether `folder` holds a run of ours: a config.yaml that reads as run settings."""
     try:
-        RunSettings.from_dict(read_yaml(Path(folder) / CONFIG_FILE))
+        RunSettings.from_dict(read_yaml(Path(folder) / CONFIG_FILE), checks="portable")
     except (SettingsError, OSError):
         return False
     return True

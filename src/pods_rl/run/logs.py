@@ -1,7 +1,8 @@
 """Where the libraries' logs, warnings and progress bars go: to the run's log file, not the console.
 
-The console shows the run's own progress (`pods_rl.run.display`); transformers, datasets, TRL and the hub client log
-into `train.log` in the run folder, with Python warnings. Records emitted before the folder is ready (while the
+The console shows the run's own progress (`pods_rl.run.display`); transformers, datasets, TRL, vLLM and the hub client
+log into `train.log` in the run folder, with Python warnings. Create `RunLogs` before the heavy imports: what the
+libraries log while they are imported is caught too. Records emitted before the folder is ready (while the
 model loads: a previous run there is replaced only after that) are held in memory and written when it is.
 `--verbose` also shows them on the console, with the libraries' own progress bars. Without a run folder
 (`pods eval`) they are dropped unless `--verbose`.
@@ -10,11 +11,18 @@ model loads: a previous run there is replaced only after that) are held in memor
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from logging.handlers import MemoryHandler
 from pathlib import Path
 
-LIBRARIES = ("transformers", "datasets", "huggingface_hub", "accelerate", "trl", "peft", "pods_rl")
+LIBRARIES = ("transformers", "datasets", "huggingface_hub", "accelerate", "trl", "peft", "vllm", "pods_rl")
+# vLLM gives its loggers a console handler of their own when first imported (TRL imports it with its trainer), and
+# logs while importing (e.g. "Triton is installed, but `triton.backends` could not be imported"); with this set to 0
+# before that import, its records reach ours instead.
+VLLM_LOGGING = "VLLM_CONFIGURE_LOGGING"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -29,6 +37,8 @@ class RunLogs:
         self.buffer.setLevel(logging.INFO)
         self.handlers: list[logging.Handler] = [self.buffer]
         self._saved = {name: (logging.getLogger(name).level, logging.getLogger(name).propagate) for name in LIBRARIES}
+        self._set_vllm_logging = VLLM_LOGGING not in os.environ
+        os.environ.setdefault(VLLM_LOGGING, "0")
         if verbose:
             console = logging.StreamHandler(sys.stderr)
             console.setFormatter(logging.Formatter(FORMAT))
@@ -81,7 +91,29 @@ class RunLogs:
         self.buffer.close()
         self.handlers[0] = file
 
+    @contextmanager
+    def native_output(self) -> Iterator[None]:
+        """For the block, what native code writes straight to the process's stdout and stderr (vLLM's C++ engine
+        start: "Warning: NUMA binding: ...") goes into the log file too, unless verbose (or no file yet)."""
+        file = self.handlers[0]
+        if self.verbose or not isinstance(file, logging.FileHandler):
+            yield
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
+        try:
+            for fd in saved:
+                os.dup2(file.stream.fileno(), fd)
+            yield
+        finally:
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+
     def close(self) -> None:
+        if self._set_vllm_logging:
+            os.environ.pop(VLLM_LOGGING, None)
         logging.captureWarnings(False)
         for name, (level, propagate) in self._saved.items():
             logging.getLogger(name).setLevel(level)

@@ -116,12 +116,7 @@ class RunMonitor(TrainerCallback, ExportableState):
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = self.clock()
         if self._showing:  # a long step (generation on a CPU) still shows that it runs
-            self.display.update(
-                "training",
-                state.global_step,
-                self.expected_steps(state.global_step, state.max_steps),
-                f"{self._progress_text()} | step {state.global_step + 1}",
-            )
+            self._show(state, f"{self._progress_text()} | step {state.global_step + 1}")
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step_seconds = self.clock() - self._step_start
@@ -209,18 +204,25 @@ class RunMonitor(TrainerCallback, ExportableState):
         )
 
     def _update_progress(self, state) -> None:
-        if not self._showing:
-            return
-        total = self.expected_steps(state.global_step, state.max_steps)
-        self.display.update("training", state.global_step, total, self._progress_text())
+        if self._showing:
+            self._show(state, self._progress_text())
 
-    def expected_steps(self, step: int, max_steps: int) -> int:
-        """The step the run will stop at: `max_steps`, or sooner when the time budget runs out first at the pace so
-        far, so that the progress display's count and time left tell the truth under `--time-budget`."""
-        if self.time_budget is None or step == 0 or self.train_seconds <= 0:
-            return max_steps
-        left = max(self.time_budget - self.train_seconds, 0.0)
-        return min(max_steps, step + math.ceil(left / (self.train_seconds / step)))
+    def _show(self, state, text: str) -> None:
+        """Training's progress: steps out of max_steps, or under a time budget seconds of training out of those the
+        run will stop at, since its step limit may then be a placeholder (`pods compare` sets 1_000_000)."""
+        if self.time_budget is None:
+            self.display.update("training", state.global_step, state.max_steps, text)
+        else:
+            total = self.expected_seconds(state.global_step, state.max_steps)
+            self.display.update("training", self.train_seconds, total, text, in_seconds=True)
+
+    def expected_seconds(self, step: int, max_steps: int) -> float:
+        """The seconds of training the run will stop at: the time budget, or sooner when `max_steps` comes first at
+        the pace so far, so that the display's count and time left tell the truth."""
+        assert self.time_budget is not None
+        if step == 0 or self.train_seconds <= 0:
+            return self.time_budget
+        return min(self.time_budget, self.train_seconds + (max_steps - step) * self.train_seconds / step)
 
     def _progress_text(self) -> str:
         accuracy = self.evaluations[-1]["accuracy"] if self.evaluations else math.nan

@@ -9,16 +9,28 @@ validated here, before any model or dataset is loaded. This module imports neith
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from pods_rl.config_rules import check_batch_fields, check_selection_fields, check_vllm
 from pods_rl.run.field_types import FIELD_TYPES
+from pods_rl.tasks.names import check_task_name
 
 
 class _Loader(yaml.SafeLoader):
@@ -88,26 +100,42 @@ class RunSettings(BaseModel):
         check_data_files(value.get("data_files"))
         return value
 
+    @field_validator("task")
+    @classmethod
+    def _task_exists(cls, value: str) -> str:
+        check_task_name(value)
+        return value
+
     @model_validator(mode="after")
-    def _pool_sizes(self) -> RunSettings:
-        """PODSConfig's rule 2 <= m <= n, checked here too so that it fails before TRL is imported (seconds)."""
-        n, m = self.trainer.get("num_generations"), self.trainer.get("num_selected")
-        if isinstance(n, int) and n < 2:
-            raise ValueError(f"trainer.num_generations (the pool size n) must be >= 2, got {n}")
-        if isinstance(n, int) and isinstance(m, int) and not 2 <= m <= n:
-            raise ValueError(f"trainer.num_selected (m) must satisfy 2 <= m <= num_generations (n={n}), got {m}")
+    def _trainer_rules(self, info: ValidationInfo) -> RunSettings:
+        """PODSConfig's rules on n, m, the selection options and the batch, checked here with the same code, so that
+        they fail before TRL is imported (seconds). Settings that are not a whole run yet (the user's own, before the
+        defaults) skip them: an absent field is not yet at its final value. Settings read back from a run folder skip
+        the rules of this environment (vLLM installed, the process count)."""
+        checks = (info.context or {}).get("checks", "all")
+        if checks == "fields":
+            return self
+        check_selection_fields(self.trainer, section="trainer.")
+        if checks == "all":
+            check_vllm(self.trainer.get("use_vllm", False), section="trainer.")
+            check_batch_fields(self.trainer, int(os.environ.get("WORLD_SIZE", "1")), section="trainer.")
         return self
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
 
     @classmethod
-    def from_dict(cls, data: Any, *, where: str = "settings") -> RunSettings:
-        """Validate `data`; raises SettingsError with one line naming the first wrong setting."""
+    def from_dict(
+        cls, data: Any, *, where: str = "settings", checks: Literal["all", "portable", "fields"] = "all"
+    ) -> RunSettings:
+        """Validate `data`; raises SettingsError with one line naming the first wrong setting.
+
+        `checks`: "all" for a run here; "portable" for a run's saved settings, without the rules of this environment;
+        "fields" for settings that are not a whole run yet, each field on its own."""
         if not isinstance(data, dict):
             raise SettingsError(f"{where}: settings must be a mapping, got {data!r}.")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context={"checks": checks})
         except ValidationError as error:
             raise SettingsError(f"{where}: {describe(error, cls)}") from None
 
@@ -156,8 +184,20 @@ def _adapter(type_text: str) -> TypeAdapter:
     return TypeAdapter(annotation, config=ConfigDict(strict=True))
 
 
+# Ranges that peft checks only when it builds the adapter on the loaded model (or that torch checks there): the rank
+# and the QA-LoRA group size are positive (a rank, a divisor), the dropout is a probability (torch's Dropout).
+RANGES: dict[str, dict[str, TypeAdapter]] = {
+    "lora": {
+        "r": TypeAdapter(Annotated[int, Field(ge=1)]),
+        "qalora_group_size": TypeAdapter(Annotated[int, Field(ge=1)]),
+        "lora_dropout": TypeAdapter(Annotated[float, Field(ge=0, le=1)]),
+    }
+}
+
+
 def check_fields(section: str, values: dict[str, Any], *, hint: str) -> dict[str, Any]:
-    """Check each key of `section` against its field table: an unknown key or a wrong type raises one line."""
+    """Check each key of `section` against its field table and `RANGES`: an unknown key, a wrong type or a value out
+    of range raises one line naming the setting."""
     table = FIELD_TYPES[section]
     for key, value in values.items():
         if key not in table:
@@ -166,6 +206,13 @@ def check_fields(section: str, values: dict[str, Any], *, hint: str) -> dict[str
             _adapter(table[key]).validate_python(value)
         except ValidationError:
             raise ValueError(f"{section}.{key}: expected {table[key]}, got {value!r}") from None
+        allowed = RANGES.get(section, {}).get(key)
+        try:
+            if allowed is not None:
+                allowed.validate_python(value)
+        except ValidationError as error:
+            message = error.errors()[0]["msg"]
+            raise ValueError(f"{section}.{key}: {message[0].lower()}{message[1:]}, got {value!r}") from None
     return values
 
 
@@ -184,7 +231,7 @@ def describe(error: ValidationError, model: type[BaseModel]) -> str:
         allowed = list(section.model_fields)
         return f"unknown key {place}{_close_matches(location[-1], allowed)}; allowed: {', '.join(allowed)}."
     if first["type"] == "value_error":
-        message = str(first["ctx"]["error"])  # from check_fields or check_data_files
+        message = str(first["ctx"]["error"]).rstrip(".")  # from a check of this module, config_rules or tasks
         named = message.startswith((place, "unknown key"))
         return f"{message}." if named else f"{place}: {message}."
     message = first["msg"][0].lower() + first["msg"][1:]
@@ -281,7 +328,7 @@ def resolve(
     user: dict[str, Any] = read_yaml(config_file) if config_file is not None else {}
     for override in overrides:
         user = merge(user, override)
-    checked = RunSettings.from_dict(user, where=where)
+    checked = RunSettings.from_dict(user, where=where, checks="fields")
     return RunSettings.from_dict(merge(defaults(checked.model, checked.task), user), where=where)
 
 

@@ -3,6 +3,9 @@
 Under failure (see docs/reliability.md): checkpoints are complete or absent, `--resume` continues from the newest
 complete one, SIGINT/SIGTERM stop after the current step with a checkpoint (exit status 128 + signal number), and a
 failing reward function stops the run with a checkpoint of the last completed step.
+
+torch, TRL (and with it vLLM) are imported only inside `train`, once the run's logging is set up (`RunLogs`), so that
+what they log while being imported goes to train.log, not the console.
 """
 
 from __future__ import annotations
@@ -15,19 +18,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for
+from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.run.display import Display
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.logs import RunLogs
-from pods_rl.run.monitor import RunMonitor
-from pods_rl.run.report import write_report
 from pods_rl.run.settings import RunSettings, SettingsError
-from pods_rl.trainer.trainer import STAGING_PREFIX, RewardError
-from pods_rl.trainer.vllm import evaluates_on_engine, evaluation_engine
+
+if TYPE_CHECKING:
+    from pods_rl.run.monitor import RunMonitor
 
 LOG_FILE = "train.log"
 DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
@@ -56,6 +58,8 @@ def last_checkpoint(output_dir: Path) -> Path | None:
 
 def remove_staging(output_dir: Path) -> None:
     """Delete checkpoints that were being written when a run was killed."""
+    from pods_rl.trainer.trainer import STAGING_PREFIX
+
     for staging in output_dir.glob(f"{STAGING_PREFIX}checkpoint-*"):
         shutil.rmtree(staging)
 
@@ -93,6 +97,8 @@ def load_run_model(name: str, display: Display, *, vllm: bool = False):
 
 def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path) -> list[str]:
     """What the run will do, in words: the start banner and `pods train --dry-run`."""
+    from pods_rl.trainer.vllm import evaluates_on_engine
+
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     n, m = args.num_generations, args.num_selected
     rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
@@ -113,12 +119,19 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",
-        f"generation: {'vLLM (' + args.vllm_mode + ')' if args.use_vllm else 'HF generate'}; evaluation: "
+        f"generation: {_generation(settings, args.use_vllm, args.vllm_mode)}; evaluation: "
         f"{'on the same vLLM engine' if evaluates_on_engine(args) else 'HF generate'}",
     ]
     if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
         lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")
     return lines
+
+
+def _generation(settings: RunSettings, use_vllm: bool, vllm_mode: str) -> str:
+    """The generation backend, and why when the machine chose it (the CPU preset's rule) rather than the user."""
+    backend = f"vLLM ({vllm_mode})" if use_vllm else "HF generate"
+    chosen = preset_generation(settings.model, settings.task)
+    return f"{backend} ({chosen[1]})" if chosen is not None and chosen[0] == use_vllm else backend
 
 
 def train(
@@ -176,7 +189,11 @@ def _train(
     from peft import LoraConfig
 
     from pods_rl.evaluation import evaluate
+    from pods_rl.run.monitor import RunMonitor
+    from pods_rl.run.report import write_report
     from pods_rl.trainer import PODSTrainer
+    from pods_rl.trainer.trainer import RewardError
+    from pods_rl.trainer.vllm import evaluation_engine
 
     model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
     logs.route_libraries()
@@ -209,13 +226,14 @@ def _train(
             temperature=args.temperature,
             seed=settings.seed,
             sharded=True,  # every process evaluates its share; the monitor calls this on all of them
-            progress=display.callback("evaluation"),
+            progress=display.callback("evaluation", quiet_if_short=True),
             engine=evaluation_engine(trainer),  # a run that generates with vLLM evaluates on its engine
         )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
-    # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder.
-    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")):
+    # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder. A vLLM
+    # engine starts in there too, and its native code writes to stderr: into train.log with it.
+    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")), logs.native_output():
         trainer = PODSTrainer(
             model=model,
             reward_funcs=task.reward_funcs,

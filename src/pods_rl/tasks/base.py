@@ -1,9 +1,10 @@
-"""The Task bundle shared by every task: datasets, prompt and rewards travel together."""
+"""The Task bundle shared by every task (datasets, prompt and rewards travel together) and its dataset format."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from datasets import Dataset
 
@@ -28,3 +29,13 @@ class Task:
     reward_funcs: list[RewardFunc]
     reward_weights: list[float]
     options: dict = field(default_factory=dict)
+
+
+def conversational_dataset(
+    questions: Sequence[str], answers: Sequence[str], system_prompt: str, **columns: Sequence[Any]
+) -> Dataset:
+    """TRL's conversational format: `prompt` as system + user messages, `answer` as str, plus `columns`."""
+    prompts = [
+        [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}] for question in questions
+    ]
+    return Dataset.from_dict({"prompt": prompts, "answer": [str(a) for a in answers], **columns})

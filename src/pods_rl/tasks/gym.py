@@ -15,19 +15,12 @@ from datasets import Dataset
 
 from pods_rl import rewards
 from pods_rl.grading import extract_answer, score_reasoning_gym
-from pods_rl.tasks.base import SYSTEM_PROMPT, RewardFunc, Task
-from pods_rl.tasks.registry import GYM_PREFIX, conversational_dataset
+from pods_rl.tasks.base import SYSTEM_PROMPT, RewardFunc, Task, conversational_dataset
+from pods_rl.tasks.names import GYM_PREFIX, check_task_name
 
 ENTRY_COLUMN = "rg_entry"
 # reasoning-gym seeds item i with seed + i, so the test seed sits far past any training index.
 TEST_SEED_OFFSET = 10**9
-
-
-def gym_dataset_names() -> list[str]:
-    """Every dataset name in reasoning-gym's registry."""
-    from reasoning_gym.factory import DATASETS
-
-    return sorted(DATASETS)
 
 
 def load_reasoning_gym(
@@ -43,9 +36,7 @@ def load_reasoning_gym(
 
     Train and test come from different seeds, and test questions that also occur in train are dropped.
     """
-    names = gym_dataset_names()
-    if dataset not in names:
-        raise ValueError(f"unknown reasoning-gym dataset {dataset!r}; available: {', '.join(names)}")
+    check_task_name(GYM_PREFIX + dataset)
     config = dict(config or {})
     reserved = sorted({"seed", "size"} & set(config))
     if reserved:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +14,8 @@ from datasets import Dataset, concatenate_datasets, load_dataset
 
 from pods_rl import rewards
 from pods_rl.grading import last_boxed
-from pods_rl.tasks.base import SYSTEM_PROMPT, Task
-from pods_rl.tasks.registry import conversational_dataset
+from pods_rl.hub import hub_unreachable
+from pods_rl.tasks.base import SYSTEM_PROMPT, Task, conversational_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -135,18 +132,6 @@ def _load_split(
         sources = [(_builder(files), dict(data_files={split: files}))]
     parts = [load_dataset(path, split=split, cache_dir=cache_dir, **kwargs) for path, kwargs in sources]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
-
-
-def hub_unreachable(timeout: float = 3.0) -> bool:
-    """No proxy is set and the hub's host (`HF_ENDPOINT`) does not resolve or accept a connection in `timeout` s."""
-    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return False  # only the proxy could tell
-    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", huggingface_hub.constants.ENDPOINT))
-    try:
-        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout).close()
-    except OSError:
-        return True
-    return False
 
 
 @contextlib.contextmanager

@@ -1,4 +1,7 @@
-"""Task registry: names to loaders, the options every task shares, and the checks every task passes."""
+"""Task registry: names to loaders, the options every task shares, and the checks every task passes.
+
+Which names exist is `pods_rl.tasks.names` (no loader needed); this module imports a loader only when asked for it.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +13,7 @@ from typing import Any
 from datasets import Dataset
 
 from pods_rl.tasks.base import Task
-
-GYM_PREFIX = "reasoning-gym:"
-
-_DESCRIPTIONS = {
-    "arithmetic": "Procedural arithmetic problems generated locally (the default; nothing to download).",
-    "gsm8k": "GSM8K grade-school math: openai/gsm8k from the hub, or local files via data_files.",
-    "math": "MATH's seven subjects to train, MATH-500 to test; or local files via data_files.",
-    GYM_PREFIX + "<name>": "Any reasoning-gym dataset, generated offline (e.g. reasoning-gym:gsm_symbolic).",
-}
-
-
-def list_tasks() -> list[tuple[str, str]]:
-    """(name, one-line description) of every task `load_task` knows."""
-    return list(_DESCRIPTIONS.items())
+from pods_rl.tasks.names import GYM_PREFIX, check_task_name
 
 
 def load_task(name: str = "arithmetic", **options: Any) -> Task:
@@ -53,6 +43,7 @@ def load_task(name: str = "arithmetic", **options: Any) -> Task:
 
 
 def _loader(name: str) -> Callable[..., Task]:
+    check_task_name(name)
     if name.startswith(GYM_PREFIX):
         from pods_rl.tasks.gym import load_reasoning_gym
 
@@ -69,7 +60,7 @@ def _loader(name: str) -> Callable[..., Task]:
         from pods_rl.tasks.math_datasets import load_math
 
         return load_math
-    raise ValueError(f"unknown task {name!r}; available: {', '.join(_DESCRIPTIONS)}")
+    raise AssertionError(f"task {name!r} is listed in pods_rl.tasks.names but has no loader")
 
 
 def resolve_weights(task: Task, weights: Sequence[float] | Mapping[str, float]) -> list[float]:
@@ -92,13 +83,3 @@ def check_dataset(dataset: Dataset, what: str) -> None:
         raise ValueError(f"{what} dataset lacks column(s) {missing}; it has {dataset.column_names}")
     if len(dataset) == 0:
         raise ValueError(f"{what} dataset is empty")
-
-
-def conversational_dataset(
-    questions: Sequence[str], answers: Sequence[str], system_prompt: str, **columns: Sequence[Any]
-) -> Dataset:
-    """TRL's conversational format: `prompt` as system + user messages, `answer` as str, plus `columns`."""
-    prompts = [
-        [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}] for question in questions
-    ]
-    return Dataset.from_dict({"prompt": prompts, "answer": [str(a) for a in answers], **columns})

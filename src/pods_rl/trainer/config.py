@@ -6,12 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from pods_rl.core.selection import RULES as SELECTION_RULES
-from pods_rl.versions import vllm_installed
-
-ADVANTAGE_STATS = ("selected", "pool")
-SELECTION_BUDGETS = ("per_prompt", "batch")
-TIE_BREAKS = ("index", "shortest")
+from pods_rl.config_rules import PODS_DEFAULTS, check_batch, check_selection_fields, check_vllm
 
 
 @dataclass
@@ -77,24 +72,24 @@ class PODSConfig(GRPOConfig):
     """
 
     num_selected: int | None = field(
-        default=None,
+        default=PODS_DEFAULTS["num_selected"],
         metadata={"help": "m: rollouts per prompt kept for the update (2..num_generations); None keeps all n."},
     )
     selection_rule: str = field(
-        default="max_variance",
+        default=PODS_DEFAULTS["selection_rule"],
         metadata={"help": "Down-sampling rule: 'max_variance', 'max_reward' or 'random'."},
     )
     advantage_stats: str = field(
-        default="selected",
+        default=PODS_DEFAULTS["advantage_stats"],
         metadata={"help": "Advantage normalisation over the 'selected' subset or the whole 'pool'."},
     )
 
     selection_budget: str = field(
-        default="per_prompt",
+        default=PODS_DEFAULTS["selection_budget"],
         metadata={"help": "Rows per prompt: 'per_prompt' (m each) or 'batch' (the same total, spread by gain)."},
     )
     selection_tie_break: str = field(
-        default="index",
+        default=PODS_DEFAULTS["selection_tie_break"],
         metadata={"help": "Among maximal-variance subsets: 'index' order or the 'shortest' completions."},
     )
 
@@ -109,34 +104,10 @@ class PODSConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         pool_size = self.num_generations
+        check_selection_fields({name: getattr(self, name) for name in ("num_generations", *PODS_DEFAULTS)})
+        check_vllm(self.use_vllm)
         if self.num_selected is None:
             self.num_selected = pool_size
-        if pool_size is None or pool_size < 2:
-            raise ValueError(f"num_generations (the pool size n) must be >= 2, got {pool_size}.")
-        if not 2 <= self.num_selected <= pool_size:
-            raise ValueError(
-                f"num_selected (m) must satisfy 2 <= m <= num_generations (n={pool_size}), got {self.num_selected}: "
-                "a group of one has zero variance, so its advantage is always 0."
-            )
-        if self.selection_rule not in SELECTION_RULES:
-            raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {self.selection_rule!r}.")
-        if self.selection_budget not in SELECTION_BUDGETS:
-            raise ValueError(f"selection_budget must be one of {SELECTION_BUDGETS}, got {self.selection_budget!r}.")
-        if self.selection_tie_break not in TIE_BREAKS:
-            raise ValueError(f"selection_tie_break must be one of {TIE_BREAKS}, got {self.selection_tie_break!r}.")
-        for name, default in (("selection_budget", "per_prompt"), ("selection_tie_break", "index")):
-            if getattr(self, name) != default and self.selection_rule != "max_variance":
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} needs selection_rule='max_variance' (it optimises the selected "
-                    f"variance), got selection_rule={self.selection_rule!r}."
-                )
-        if self.use_vllm and not vllm_installed():
-            raise ValueError(
-                "use_vllm=True needs vLLM, which this environment lacks: `make vllm` builds one that has it "
-                "(.venv-vllm; see the README)."
-            )
-        if self.advantage_stats not in ADVANTAGE_STATS:
-            raise ValueError(f"advantage_stats must be one of {ADVANTAGE_STATS}, got {self.advantage_stats!r}.")
         # TRL's checks require whole prompt groups in the batch of *trained* rows: those groups have m rows. Evaluation
         # still generates num_generations_eval (default: n) per prompt, so its batch is checked against that.
         eval_generations = self.num_generations_eval
@@ -146,18 +117,13 @@ class PODSConfig(GRPOConfig):
         finally:
             self.num_generations, self.num_generations_eval = pool_size, eval_generations
         local_trained_rows = self.per_device_train_batch_size * self.steps_per_generation
-        if local_trained_rows * pool_size % self.num_selected:
-            raise ValueError(
-                f"per_device_train_batch_size * steps_per_generation ({local_trained_rows}) * num_generations "
-                f"({pool_size}) must be divisible by num_selected ({self.num_selected}), so that each process "
-                "generates a whole number of rollouts."
-            )
-        if self.selection_budget == "batch" and local_trained_rows % self.num_selected:
-            raise ValueError(
-                f"selection_budget='batch' spreads each process's rows over its own prompts, so every prompt's pool "
-                f"must lie on one process: per_device_train_batch_size * steps_per_generation ({local_trained_rows}) "
-                f"must be a multiple of num_selected ({self.num_selected})."
-            )
+        check_batch(
+            local_trained_rows,
+            self.world_size,
+            pool_size,
+            self.num_selected,
+            self.selection_budget,
+        )
         if self.max_generation_rounds < 1:
             raise ValueError(f"max_generation_rounds must be >= 1, got {self.max_generation_rounds}.")
         if self.dynamic_sampling:

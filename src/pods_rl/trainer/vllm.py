@@ -9,6 +9,7 @@ engine whose `max_num_seqs` exceeds it): a larger pool is decoded in waves of th
 On a CPU the engine also runs eagerly: vLLM would otherwise compile the model with inductor during the first
 generation (over 4 minutes for SmolLM2-135M on a loaded 2-core CPU, inside the run's training time).
 `evaluation_engine` lends the same engine to the held-out evaluation, with the policy's current weights.
+A colocated engine's weight-loading progress bars follow the trainer's `disable_tqdm`.
 `tests/trainer/test_vllm.py` checks the TRL and vLLM internals this relies on.
 """
 
@@ -42,7 +43,8 @@ def pool_sized_vllm(args: PODSConfig) -> Iterator[None]:
     from trl.generation import vllm_generation
     from vllm.platforms import current_platform
 
-    settings: dict[str, Any] = {}
+    # The engine's weight-loading progress bars follow the trainer's (`disable_tqdm`; off in `pods train`).
+    settings: dict[str, Any] = {"use_tqdm_on_load": not args.disable_tqdm}
     if current_platform.is_cpu():
         from pods_rl.trainer.vllm_cpu import prepare_cpu_engine
 

@@ -1,0 +1,81 @@
+"""PODSConfig's rules, checked without TRL: the settings layer and PODSConfig reach the same verdict with one code."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from pods_rl.config_rules import PODS_DEFAULTS, TRL_DEFAULTS, check_batch, check_selection_fields, rows_per_process
+from pods_rl.run.settings import RunSettings
+from pods_rl.trainer import PODSConfig
+
+
+def test_the_defaults_the_rules_read_are_podsconfigs():
+    defaults = {field.name: field.default for field in dataclasses.fields(PODSConfig)}
+    assert {name: defaults[name] for name in TRL_DEFAULTS} == TRL_DEFAULTS
+    assert {name: defaults[name] for name in PODS_DEFAULTS} == PODS_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("fields", "processes"),
+    [
+        ({}, 1),
+        ({"per_device_train_batch_size": 3, "gradient_accumulation_steps": 2}, 1),
+        ({"per_device_train_batch_size": 3, "steps_per_generation": 4}, 2),
+        ({"per_device_train_batch_size": 2, "generation_batch_size": 12}, 2),
+    ],
+)
+def test_rows_per_process_as_grpoconfig_derives_them(tmp_path, monkeypatch, fields, processes):
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: processes))
+    config = PODSConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=2, **fields)
+    assert rows_per_process(fields, processes) == config.per_device_train_batch_size * config.steps_per_generation
+
+
+def test_contradictory_batch_fields_are_left_to_grpoconfig():
+    assert rows_per_process({"generation_batch_size": 8, "steps_per_generation": 2}, 1) is None
+    assert rows_per_process({"per_device_train_batch_size": 3, "generation_batch_size": 8}, 1) is None
+
+
+def test_pools_may_span_processes_when_the_rows_hold_whole_groups():
+    check_batch(3, 2, 4, 2, "per_prompt")  # 6 rows of groups of 2; 12 rollouts per process
+    with pytest.raises(ValueError, match="pool must lie on one process"):
+        check_batch(3, 2, 4, 2, "batch")
+    with pytest.raises(ValueError, match=r"rows trained per generation, must be divisible by num_selected \(m=2\)"):
+        check_batch(3, 1, 4, 2, "per_prompt")
+
+
+def verdict(check, *args, **kwargs) -> str | None:
+    try:
+        check(*args, **kwargs)
+    except (ValueError, TypeError) as error:
+        return str(error)
+    return None
+
+
+# Every combination of the fields the rules read, over values on both sides of each rule.
+GRID = [
+    dict(
+        zip(
+            ("num_generations", "num_selected", "per_device_train_batch_size", "selection_rule", "selection_budget"),
+            v,
+            strict=True,
+        )
+    )
+    for v in itertools.product(
+        [1, 4, 6], [None, 1, 2, 3, 5], [4, 6], ["max_variance", "random"], ["per_prompt", "batch"]
+    )
+]
+
+
+@pytest.mark.parametrize("fields", GRID, ids=lambda fields: "-".join(map(str, fields.values())))
+def test_settings_refuse_exactly_what_podsconfig_refuses(tmp_path, fields):
+    """Brute force over the grid: the settings layer raises iff PODSConfig does; where PODSConfig's message is its own
+    (not TRL's), the settings say the same, naming the `trainer.` setting."""
+    built = verdict(PODSConfig, output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **fields)
+    checked = verdict(RunSettings.from_dict, {"trainer": fields})
+    assert (built is None) == (checked is None), (built, checked)
+    own = built is not None and verdict(check_selection_fields, fields) is not None
+    if own:
+        assert checked == f"settings: trainer.{built}"

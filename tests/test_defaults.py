@@ -3,7 +3,7 @@
 import pytest
 
 import pods_rl.defaults
-from pods_rl.defaults import GENERIC, SMOLLM2_CPU_ARITHMETIC, default_run_settings
+from pods_rl.defaults import GENERIC, SMOLLM2_CPU_ARITHMETIC, default_run_settings, preset_for
 from pods_rl.run.settings import RunSettings, resolve
 
 
@@ -38,6 +38,19 @@ def test_smollm2_on_a_cpu_generates_with_vllm_where_installed(machine):
     assert trainer["num_generations"] == 8  # the rest of the preset stays
     machine(gpu=True, vllm=True)
     assert "use_vllm" not in default_run_settings("smollm2-135m", "arithmetic")["trainer"]  # a GPU: as the user says
+
+
+def test_smollm2_on_three_term_sums_gets_the_same_sizes_on_the_tasks_own_split(machine):
+    machine(gpu=False)
+    settings = default_run_settings("smollm2-135m", "arithmetic-3term")
+    on_sums = default_run_settings("smollm2-135m", "arithmetic")
+    assert settings["task_options"] == {} and preset_for("smollm2-135m", "arithmetic-3term") == "smollm2-135m"
+    assert settings == {**on_sums, "task": "arithmetic-3term", "task_options": {}}
+    assert RunSettings.from_dict(settings).task_options == {}  # the task's own 800 / 200
+    machine(gpu=True)
+    assert default_run_settings("smollm2-135m", "arithmetic-3term") == {**GENERIC, "model": "smollm2-135m",
+                                                                         "task": "arithmetic-3term"}  # fmt: skip
+    assert preset_for("tiny", "arithmetic-3term") is None  # tiny's warm start has its own prompt and split
 
 
 @pytest.mark.parametrize(

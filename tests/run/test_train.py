@@ -166,3 +166,21 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
         "generation: vLLM (colocate)" if vllm and not options else "generation: HF generate",
     ]
     assert not out.exists()
+
+
+def test_dry_run_of_smollm2_on_three_term_sums_names_that_preset(tmp_path, monkeypatch):
+    import pods_rl.defaults
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: False)
+    monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: False)
+    out = tmp_path / "run"
+    command = ["train", "--model", "smollm2-135m", "--task", "arithmetic-3term", "--dry-run", "--output-dir", str(out)]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1] == (
+        "defaults: the CPU preset of smollm2-135m on arithmetic-3term (no accelerator found); your settings override it"
+    )
+    assert lines[3] == "until: 50 steps; evaluation: 200 held-out examples, greedy pass@1, every 25 steps"

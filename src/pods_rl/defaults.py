@@ -72,7 +72,7 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
 # Where vLLM is installed (`make vllm`), the preset generates with it: a step took 11.7 s against 14.9 s with HF
 # `generate` on the 2-core CPU (docs/benchmarks.md, "Generation with vLLM"). 512 tokens hold the prompt and the
 # completion; vLLM's default, the model's 8192, would reserve a KV cache 16x larger.
-# SmolLM2 on `arithmetic-3term` (a+b+c over one digit, about 20% right at the start, so room to grow): the run
+# SmolLM2 on `arithmetic-3term` (a+b+c over one digit, 18.5% right at the start, so room to grow): the run
 # sizes of a+b, on the task's own split, 800 to train and 200 held out (one question is half a point).
 SMOLLM2_CPU_THREE_TERMS: dict[str, Any] = {k: v for k, v in SMOLLM2_CPU_ARITHMETIC.items() if k != "task_options"}
 

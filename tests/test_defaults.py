@@ -3,7 +3,14 @@
 import pytest
 
 import pods_rl.defaults
-from pods_rl.defaults import GENERIC, SMOLLM2_CPU_ARITHMETIC, cpu_flags, default_run_settings, generation_backend
+from pods_rl.defaults import (
+    GENERIC,
+    SMOLLM2_CPU_ARITHMETIC,
+    cpu_flags,
+    default_run_settings,
+    generation_backend,
+    preset_for,
+)
 from pods_rl.run.settings import RunSettings, resolve
 
 AVX512 = frozenset({"sse4_2", "avx", "avx2", "avx512f", "avx512bw"})
@@ -85,6 +92,19 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(monkeypatch, tmp_path):
     assert cpu_flags() == {"fpu", "sse4_2", "avx2", "avx512f"}
     monkeypatch.setattr(pods_rl.defaults, "CPUINFO", tmp_path / "absent")
     assert cpu_flags() == frozenset()
+
+
+def test_smollm2_on_three_term_sums_gets_the_same_sizes_on_the_tasks_own_split(machine):
+    machine(gpu=False)
+    settings = default_run_settings("smollm2-135m", "arithmetic-3term")
+    on_sums = default_run_settings("smollm2-135m", "arithmetic")
+    assert settings["task_options"] == {} and preset_for("smollm2-135m", "arithmetic-3term") == "smollm2-135m"
+    assert settings == {**on_sums, "task": "arithmetic-3term", "task_options": {}}
+    assert RunSettings.from_dict(settings).task_options == {}  # the task's own 800 / 200
+    machine(gpu=True)
+    assert default_run_settings("smollm2-135m", "arithmetic-3term") == {**GENERIC, "model": "smollm2-135m",
+                                                                         "task": "arithmetic-3term"}  # fmt: skip
+    assert preset_for("tiny", "arithmetic-3term") is None  # tiny's warm start has its own prompt and split
 
 
 @pytest.mark.parametrize(

@@ -261,13 +261,38 @@ def test_unknown_arm_is_rejected():
 
 
 @pytest.mark.parametrize(
-    "name", ["compare-tiny.yaml", "compare-smollm2.yaml", "compare-smollm2-cpu.yaml", "compare-smollm2-vllm.yaml"]
+    "name",
+    [
+        "compare-tiny.yaml",
+        "compare-smollm2.yaml",
+        "compare-smollm2-cpu.yaml",
+        "compare-smollm2-vllm.yaml",
+        "compare-smollm2-3term.yaml",
+    ],
 )
 def test_shipped_compare_configs_resolve(name, monkeypatch):
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)  # the vLLM config's environment
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0
     assert settings.base["eval"]["every_seconds"] > 0
+
+
+def test_three_term_compare_config_runs_the_papers_sizes():
+    settings = resolve_compare(CONFIGS / "compare-smollm2-3term.yaml", [])
+    assert {name: settings.arm_sizes(name) for name in settings.arms} == {
+        "grpo": (4, 4, "max_variance"),
+        "grpo-pool": (16, 16, "max_variance"),
+        "pods": (16, 4, "max_variance"),
+    }
+    assert settings.seeds == [0, 1, 2, 3, 4, 5] and settings.base["time_budget"] == 600
+    run = settings.arm_settings("pods", 0)
+    assert (run.task, run.task_options, run.eval.every_seconds, run.eval.every_steps) == (
+        "arithmetic-3term",
+        {},
+        30,
+        None,
+    )
+    assert run.trainer["per_device_train_batch_size"] == 8  # 2 prompts x m = 4
 
 
 def test_budget_compare_config_runs_equal_steps_with_the_new_options():

@@ -251,3 +251,21 @@ def test_dynamic_sampling_metrics_land_in_the_step_records(tiny_model_dir, tmp_p
         assert step["pods/rollouts_trained"] == 8
         assert step["pods/rollouts_per_trained_row"] == step["pods/rollouts_generated"] / 8
         assert 0 <= step["pods/groups_dropped_frac"] <= 1
+
+
+def test_dry_run_of_smollm2_on_three_term_sums_names_that_preset(tmp_path, monkeypatch):
+    import pods_rl.defaults
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: False)
+    monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: False)
+    out = tmp_path / "run"
+    command = ["train", "--model", "smollm2-135m", "--task", "arithmetic-3term", "--dry-run", "--output-dir", str(out)]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1] == (
+        "defaults: the CPU preset of smollm2-135m on arithmetic-3term (no accelerator found); your settings override it"
+    )
+    assert lines[3] == "until: 50 steps; evaluation: 200 held-out examples, greedy pass@1, every 25 steps"

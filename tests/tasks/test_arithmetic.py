@@ -1,6 +1,7 @@
 import pytest
 
-from pods_rl.tasks.arithmetic import demonstration, load_arithmetic, sft_dataset, solution_steps
+from pods_rl.tasks import load_task
+from pods_rl.tasks.arithmetic import demonstration, load_arithmetic, load_three_term_sums, sft_dataset, solution_steps
 from pods_rl.tasks.base import SYSTEM_PROMPT
 
 
@@ -67,3 +68,33 @@ def test_bad_options_raise_naming_the_option(kwargs: dict, option: str) -> None:
 def test_small_space_is_filled_exactly() -> None:
     task = load_arithmetic(operands=(2,), operators="+", num_train=90, num_test=10)
     assert len(set(task.train["expression"]) | set(task.test["expression"])) == 100
+
+
+def test_three_term_sums_split_all_of_them_800_to_200() -> None:
+    task = load_task("arithmetic-3term")
+    assert task.name == "arithmetic-3term" and (len(task.train), len(task.test)) == (800, 200)
+    train, test = set(task.train["expression"]), set(task.test["expression"])
+    every_sum = {f"{a}+{b}+{c}" for a in range(10) for b in range(10) for c in range(10)}
+    assert len(train) == 800 and len(test) == 200 and not train & test and train | test == every_sum
+    for split in (task.train, task.test):
+        for expression, answer in zip(split["expression"], split["answer"], strict=True):
+            assert answer == str(sum(int(term) for term in expression.split("+")))
+    assert task.test[0]["prompt"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"Compute {task.test[0]['expression']}."},
+    ]
+    assert task.reward_funcs == load_arithmetic().reward_funcs and task.reward_weights == [1.0, 1.0, 1.0]
+
+
+def test_three_term_sums_are_deterministic_and_sized_by_the_options() -> None:
+    default = load_three_term_sums()
+    assert load_three_term_sums().test["expression"] == default.test["expression"]
+    # The same questions as the arithmetic task with these options: the name only fixes them.
+    same = load_arithmetic(operands=(3,), digits=1, operators="+", num_train=800, num_test=200)
+    assert same.test["expression"] == default.test["expression"] and same.train["answer"] == default.train["answer"]
+    other = load_three_term_sums(seed=1, num_train=100, num_test=50, system_prompt="Add.")
+    assert (len(other.train), len(other.test)) == (100, 50)
+    assert other.test["expression"] != default.test["expression"][:50]
+    assert {p[0]["content"] for p in other.train["prompt"]} == {"Add."}
+    with pytest.raises(ValueError, match="exceeds the 1000 distinct expressions"):
+        load_three_term_sums(num_train=900, num_test=200)

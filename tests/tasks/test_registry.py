@@ -14,7 +14,7 @@ GYM = "reasoning-gym:basic_arithmetic"
 
 def test_list_tasks_names_every_task_with_a_description() -> None:
     tasks = dict(list_tasks())
-    assert list(tasks) == ["arithmetic", "gsm8k", "math", "reasoning-gym:<name>"]
+    assert list(tasks) == ["arithmetic", "arithmetic-3term", "gsm8k", "math", "reasoning-gym:<name>"]
     assert all(isinstance(d, str) and d and "\n" not in d for d in tasks.values())
 
 
@@ -27,12 +27,13 @@ def test_arithmetic_is_the_default() -> None:
 
 def test_unknown_task_lists_the_tasks() -> None:
     with pytest.raises(
-        ValueError, match=r"unknown task 'gsm9k' \(did you mean 'gsm8k'\?\); available: arithmetic, gsm8k, math"
+        ValueError,
+        match=r"unknown task 'gsm9k' \(did you mean 'gsm8k'\?\); available: arithmetic, arithmetic-3term, gsm8k, math",
     ):
         load_task("gsm9k")
 
 
-@pytest.mark.parametrize("name", ["gsm8k", "math", GYM])
+@pytest.mark.parametrize("name", ["arithmetic-3term", "gsm8k", "math", GYM])
 def test_unknown_option_lists_the_options(name: str) -> None:
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['num_trian'\].*'num_train'.*'reward_weights'"):
         load_task(name, num_trian=3)

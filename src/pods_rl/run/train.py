@@ -123,7 +123,7 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"{'on the same vLLM engine' if evaluates_on_engine(args) else 'HF generate'}",
     ]
     if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
-        lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE}")
+        lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE.format(task=settings.task)}")
     return lines
 
 

@@ -2,7 +2,8 @@
 
 Expressions such as ``3+4*2`` over single- or multi-digit integers, with the usual precedence
 (``*`` before ``+``/``-``, then left to right). Everything is deterministic from the seed, so the
-same options always give the same train/test split, and no expression occurs in both.
+same options always give the same train/test split, and no expression occurs in both. `arithmetic-3term` is
+one fixed variant, named because SmolLM2-135M has room to grow on it (see `load_three_term_sums`).
 """
 
 from __future__ import annotations
@@ -146,3 +147,24 @@ def load_arithmetic(
         reward_weights=list(rewards.REWARD_WEIGHTS),
         options=options,
     )
+
+
+def load_three_term_sums(
+    *, seed: int = 0, num_train: int = 800, num_test: int = 200, system_prompt: str = SYSTEM_PROMPT
+) -> Task:
+    """Task `arithmetic-3term`: a+b+c over one-digit numbers; by default all 1000 of them, 800 to train, 200 held out.
+
+    Named for SmolLM2-135M-Instruct on a CPU: it answers 18.5% of the held-out ones right against about half of the a+b
+    sums, often stopping at a+b's value (README, "SmolLM2-135M on a CPU"), so RL has room to lift it.
+    """
+    task = load_arithmetic(
+        seed=seed,
+        num_train=num_train,
+        num_test=num_test,
+        operands=(3,),
+        digits=1,
+        operators="+",
+        system_prompt=system_prompt,
+    )
+    task.name = "arithmetic-3term"
+    return task

@@ -11,6 +11,7 @@ GYM_PREFIX = "reasoning-gym:"
 
 DESCRIPTIONS = {
     "arithmetic": "Procedural arithmetic problems generated locally (the default; nothing to download).",
+    "arithmetic-3term": "Sums of three one-digit numbers, 800 to train and 200 held out (SmolLM2's second task).",
     "gsm8k": "GSM8K grade-school math: openai/gsm8k from the hub, or local files via data_files.",
     "math": "MATH's seven subjects to train, MATH-500 to test; or local files via data_files.",
     GYM_PREFIX + "<name>": "Any reasoning-gym dataset, generated offline (e.g. reasoning-gym:gsm_symbolic).",

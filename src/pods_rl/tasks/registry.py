@@ -52,6 +52,10 @@ def _loader(name: str) -> Callable[..., Task]:
         from pods_rl.tasks.arithmetic import load_arithmetic
 
         return load_arithmetic
+    if name == "arithmetic-3term":
+        from pods_rl.tasks.arithmetic import load_three_term_sums
+
+        return load_three_term_sums
     if name == "gsm8k":
         from pods_rl.tasks.math_datasets import load_gsm8k
 

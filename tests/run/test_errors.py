@@ -155,7 +155,8 @@ FAST_CASES = {
     "unknown task": (
         ["--task", "nosuchtask"],
         {},
-        "settings: task: unknown task 'nosuchtask'; available: arithmetic, gsm8k, math, reasoning-gym:<name>.",
+        "settings: task: unknown task 'nosuchtask'; available: arithmetic, arithmetic-3term, gsm8k, math, "
+        "reasoning-gym:<name>.",
     ),
     "unknown reasoning-gym dataset": (
         ["--task", "reasoning-gym:gsm_symbolc"],

@@ -27,9 +27,10 @@ def test_known_names_pass(name: str) -> None:
     [
         (
             "gsm9k",
-            "unknown task 'gsm9k' (did you mean 'gsm8k'?); available: arithmetic, gsm8k, math, reasoning-gym:<name>",
+            "unknown task 'gsm9k' (did you mean 'gsm8k'?); available: arithmetic, arithmetic-3term, gsm8k, math, "
+            "reasoning-gym:<name>",
         ),
-        ("chess", "unknown task 'chess'; available: arithmetic, gsm8k, math, reasoning-gym:<name>"),
+        ("chess", "unknown task 'chess'; available: arithmetic, arithmetic-3term, gsm8k, math, reasoning-gym:<name>"),
         ("reasoning-gym:", "unknown reasoning-gym dataset ''; available: ab, acre, "),
         ("reasoning-gym:sudokuu", "unknown reasoning-gym dataset 'sudokuu' (did you mean 'sudoku' or "),
     ],

@@ -1,6 +1,7 @@
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 
 import pytest
@@ -130,7 +131,10 @@ def test_vllm_run_console_stays_quiet(tmp_path):
     command = [sys.executable, "-m", "pods_rl", "train", "--vllm", "--model", str(model), "--output-dir", str(out)]
     options = ["-n", "4", "-m", "2", "--max-steps", "1", "--set", "eval.every_steps=null", *QUICK]
     options += ["--set", "task_options.num_test=4", "--set", "trainer.vllm_max_model_length=128"]
-    done = subprocess.run([*command, *options], capture_output=True, text=True, check=False)
+    # An engine started earlier in this pytest process set (and holds) its rendezvous port: let this run pick its own.
+    rendezvous = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+    env = {key: value for key, value in os.environ.items() if key not in rendezvous}
+    done = subprocess.run([*command, *options], capture_output=True, text=True, check=False, env=env)
     console = done.stdout + done.stderr
     assert done.returncode == 0, console
     for unwanted in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "Warning", "it/s]", "%|"):

@@ -416,20 +416,9 @@ class PODSTrainer(GRPOTrainer):
         self.num_generations = self.num_selected  # TRL now groups the trained rows by m
         self.phase_seconds["select"] += time.perf_counter() - start
 
-        extra = {key: value for key, value in extra_fields.items() if not _per_row(value, local_size)}
-        extra.update({key[6:]: value for key, value in rows.items() if key.startswith("extra:")})
         # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
         images = _dataset_images(rows["input"]) if images is None else rows["images"]
-        return (
-            rows["prompt_ids"],
-            rows["completion_ids"],
-            rows["tool_mask"],
-            rows["completion"],
-            rows["logprobs"],
-            extra,
-            images,
-            rows["tool_images"] or [],
-        )
+        return _generated_from_columns(rows, extra_fields, local_size, images)
 
     def _score_pool(self, prompts: list, inputs: list, generated: tuple) -> torch.Tensor:
         """Gathered (rows of every process, reward functions) rewards of a generated pool. TRL merges rollout_func's
@@ -491,21 +480,7 @@ class PODSTrainer(GRPOTrainer):
             "groups_dropped": (~torch.stack(masks)).double().mean().item(),
             "tokens": self.accelerator.gather(torch.tensor([generated_tokens], device=device)).sum().item(),
         }
-        extra = {key: value for key, value in generated[5].items() if not _per_row(value, local_size)}
-        extra.update({key[6:]: value for key, value in columns.items() if key.startswith("extra:")})
-        return (
-            (
-                columns["prompt_ids"],
-                columns["completion_ids"],
-                columns["tool_mask"],
-                columns["completion"],
-                columns["logprobs"],
-                extra,
-                columns["images"],
-                columns["tool_images"] or [],
-            ),
-            pool_rewards,
-        )
+        return _generated_from_columns(columns, generated[5], local_size, columns["images"]), pool_rewards
 
     def _log_dynamic_sampling(self) -> None:
         """Log what dynamic sampling's rounds generated (`pods/generation_rounds`, `pods/prompts_generated`,
@@ -636,6 +611,23 @@ def _pool_columns(prompts: list, inputs: list, generated: tuple) -> dict[str, li
         "tool_images": tool_images or None,  # an empty list when no tool ran
         **{f"extra:{key}": value for key, value in extra_fields.items() if _per_row(value, len(prompts))},
     }
+
+
+def _generated_from_columns(columns: dict, extra_fields: dict, pool_rows: int, images: list | None) -> tuple:
+    """`_generate`'s tuple for the rows in `columns` (the inverse of `_pool_columns`): rollout_func's per-row extra
+    fields come from their `extra:<key>` columns, the others (of the `pool_rows`-row pool) stay whole."""
+    extra = {key: value for key, value in extra_fields.items() if not _per_row(value, pool_rows)}
+    extra.update({key[6:]: value for key, value in columns.items() if key.startswith("extra:")})
+    return (
+        columns["prompt_ids"],
+        columns["completion_ids"],
+        columns["tool_mask"],
+        columns["completion"],
+        columns["logprobs"],
+        extra,
+        images,
+        columns["tool_images"] or [],
+    )
 
 
 def _per_row(value: Any, rows: int) -> bool:

@@ -341,3 +341,11 @@ def run_dynamic_sampling(out: Path, flags: str, resume_from: Path | None = None,
         **{name: [entry[name] for entry in trainer.state.log_history if name in entry] for name in names},
         "table_tags": list(trainer._logs["extra"]["row_tag"]),
     }
+
+
+WALL_TIMES = {"train_seconds", "step_time", "eval_seconds"}  # and every `pods/time_*`: they differ run to run
+
+
+def without_wall_times(record: dict) -> dict:
+    """A metrics.jsonl record without its wall-clock fields, for comparing two runs that should be equal."""
+    return {k: v for k, v in record.items() if k not in WALL_TIMES and not k.startswith("pods/time_")}

@@ -79,3 +79,43 @@ def test_settings_refuse_exactly_what_podsconfig_refuses(tmp_path, fields):
     own = built is not None and verdict(check_selection_fields, fields) is not None
     if own:
         assert checked == f"settings: trainer.{built}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "processes"),
+    [
+        ({"gradient_accumulation_steps": 2}, 1),  # steps_per_generation defaults to 2: whole optimizer steps
+        ({"gradient_accumulation_steps": 2, "steps_per_generation": 1}, 1),
+        ({"gradient_accumulation_steps": 2, "steps_per_generation": 3}, 1),
+        ({"gradient_accumulation_steps": 2, "steps_per_generation": 3, "num_iterations": 2}, 1),
+        ({"gradient_accumulation_steps": 4, "generation_batch_size": 16}, 1),  # 2 steps per generation
+        ({"gradient_accumulation_steps": 2, "generation_batch_size": 32}, 2),
+        ({"per_device_train_batch_size": 2}, 2),  # each pool of 4 would span both processes
+        ({"max_generation_rounds": 0}, 1),
+        ({"max_generation_rounds": 1}, 1),
+    ],
+)
+def test_settings_refuse_exactly_the_dynamic_sampling_podsconfig_refuses(tmp_path, monkeypatch, fields, processes):
+    """Dynamic sampling's own rules (whole pools per process, refills at optimizer steps, rounds >= 1) are checked
+    by the settings layer before TRL, with PODSConfig's words."""
+    fields = {
+        "num_generations": 8,
+        "num_selected": 4,
+        "per_device_train_batch_size": 8,
+        "dynamic_sampling": True,
+        **fields,
+    }
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: processes))
+    built = verdict(PODSConfig, output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **fields)
+    monkeypatch.setenv("WORLD_SIZE", str(processes))  # what the settings layer reads (accelerate's, in a real launch)
+    checked = verdict(RunSettings.from_dict, {"trainer": fields})
+    monkeypatch.delenv("WORLD_SIZE")
+    assert (built is None) == (checked is None), (built, checked)
+    if built is not None:
+        assert checked == f"settings: trainer.{built}"
+    if built is not None and "dynamic_sampling" in built:
+        # A refusal that names dynamic sampling is its own: the same batch without it is accepted.
+        plain = {**fields, "dynamic_sampling": False}
+        assert (
+            verdict(PODSConfig, output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **plain) is None
+        )

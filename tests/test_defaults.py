@@ -55,7 +55,8 @@ def test_smollm2_on_an_avx512_cpu_generates_with_vllm_where_installed(machine):
 def test_smollm2_on_an_avx2_cpu_generates_with_hf_even_where_vllm_is_installed(machine):
     machine(gpu=False, vllm=True, flags=AVX2)
     trainer = default_run_settings("smollm2-135m", "arithmetic")["trainer"]
-    assert "use_vllm" not in trainer and "vllm_max_model_length" not in trainer
+    assert "use_vllm" not in trainer
+    assert trainer["vllm_max_model_length"] == 512  # so that `--vllm` forcing it gets the preset's engine size
     assert trainer["num_generations"] == 8
 
 

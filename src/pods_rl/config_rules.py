@@ -21,6 +21,8 @@ PODS_DEFAULTS: dict[str, Any] = {
     "advantage_stats": "selected",
     "selection_budget": "per_prompt",
     "selection_tie_break": "index",
+    "dynamic_sampling": False,
+    "max_generation_rounds": 3,
 }
 TRL_DEFAULTS: dict[str, Any] = {
     "num_generations": 8,
@@ -29,6 +31,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "steps_per_generation": None,
     "generation_batch_size": None,
     "use_vllm": False,
+    "num_iterations": 1,
 }
 
 
@@ -52,6 +55,8 @@ def check_selection_fields(fields: Mapping[str, Any], *, section: str = "") -> N
     ):
         if values[name] not in allowed:
             raise ValueError(f"{section}{name} must be one of {allowed}, got {values[name]!r}.")
+    if values["max_generation_rounds"] < 1:
+        raise ValueError(f"{section}max_generation_rounds must be >= 1, got {values['max_generation_rounds']}.")
     for name in ("selection_budget", "selection_tie_break"):
         if values[name] != PODS_DEFAULTS[name] and values["selection_rule"] != "max_variance":
             raise ValueError(
@@ -71,9 +76,18 @@ def check_vllm(use_vllm: bool, *, section: str = "") -> None:
         )
 
 
-def check_batch(rows_per_process: int, num_processes: int, n: int, m: int, budget: str, *, section: str = "") -> None:
+def check_batch(
+    rows_per_process: int,
+    num_processes: int,
+    n: int,
+    m: int,
+    budget: str,
+    *,
+    dynamic_sampling: bool = False,
+    section: str = "",
+) -> None:
     """The trained rows of a generation (`rows_per_process` on each of `num_processes`) hold whole groups of m, and
-    each process generates a whole number of rollouts (and, for the batch budget, whole pools)."""
+    each process generates a whole number of rollouts (and, for the batch budget and dynamic sampling, whole pools)."""
     if rows_per_process * num_processes % m:
         raise ValueError(
             f"{section}per_device_train_batch_size * steps_per_generation * processes ({rows_per_process} * "
@@ -85,11 +99,25 @@ def check_batch(rows_per_process: int, num_processes: int, n: int, m: int, budge
             f"{section}per_device_train_batch_size * steps_per_generation ({rows_per_process}) * num_generations "
             f"({n}) must be divisible by num_selected ({m}), so that each process generates a whole number of rollouts."
         )
-    if budget == "batch" and rows_per_process % m:
+    needs_whole_pools = {
+        "selection_budget='batch' spreads each process's rows over its own prompts": budget == "batch",
+        "dynamic_sampling keeps or drops whole pools on the process that generated them": dynamic_sampling,
+    }
+    for why, needed in needs_whole_pools.items():
+        if needed and rows_per_process % m:
+            raise ValueError(
+                f"{section}{why}, so every prompt's pool must lie on one process: per_device_train_batch_size * "
+                f"steps_per_generation ({rows_per_process}) must be a multiple of num_selected ({m})."
+            )
+
+
+def check_refill_steps(steps_per_generation: int, num_iterations: int, accumulation: int, *, section: str = "") -> None:
+    """Dynamic sampling refills at the start of an optimizer step, so a generation must span whole optimizer steps."""
+    if steps_per_generation * num_iterations % accumulation:
         raise ValueError(
-            f"{section}selection_budget='batch' spreads each process's rows over its own prompts, so every prompt's "
-            f"pool must lie on one process: per_device_train_batch_size * steps_per_generation ({rows_per_process}) "
-            f"must be a multiple of num_selected ({m})."
+            f"{section}dynamic_sampling draws further generation batches at the start of an optimizer step: "
+            f"steps_per_generation * num_iterations ({steps_per_generation * num_iterations}) must be a multiple of "
+            f"gradient_accumulation_steps ({accumulation})."
         )
 
 
@@ -100,7 +128,18 @@ def check_batch_fields(fields: Mapping[str, Any], num_processes: int, *, section
         return
     values = {**TRL_DEFAULTS, **PODS_DEFAULTS, **fields}
     n = values["num_generations"]
-    check_batch(rows, num_processes, n, values["num_selected"] or n, values["selection_budget"], section=section)
+    check_batch(
+        rows,
+        num_processes,
+        n,
+        values["num_selected"] or n,
+        values["selection_budget"],
+        dynamic_sampling=values["dynamic_sampling"],
+        section=section,
+    )
+    if values["dynamic_sampling"]:
+        steps = rows // values["per_device_train_batch_size"]  # steps_per_generation, as GRPOConfig derives it
+        check_refill_steps(steps, values["num_iterations"], values["gradient_accumulation_steps"], section=section)
 
 
 def rows_per_process(fields: Mapping[str, Any], num_processes: int) -> int | None:

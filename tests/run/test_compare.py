@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import pods_rl.versions
 from pods_rl.cli import app
 from pods_rl.run import compare
-from pods_rl.run.compare import resolve_compare
+from pods_rl.run.compare import plan_table, resolve_compare
 from pods_rl.run.compare_report import write_comparison
 from pods_rl.run.compare_summary import summarize
 from pods_rl.run.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
@@ -74,8 +74,11 @@ def test_when_pods_pays():
     assert result["max_pool_size"] == pytest.approx({"0.25": 12.0, "0.5": 20.0, "1.0": 36.0})
 
 
-def _run(times: list[float], accuracy: list[float], generated: int, trained: int) -> dict[str, list[dict]]:
-    """Synthetic records: phase times exactly linear in the rollout counts."""
+def _run(
+    times: list[float], accuracy: list[float], generated: int, trained: int, refills: dict | None = None
+) -> dict[str, list[dict]]:
+    """Synthetic records: phase times exactly linear in the rollout counts; `refills`: dynamic sampling's per-step
+    metrics, one list per metric, a value per step."""
     phases = {
         "pods/time_generate": 0.1 * generated + 0.5,
         "pods/time_score": 0.01 * generated,
@@ -85,8 +88,12 @@ def _run(times: list[float], accuracy: list[float], generated: int, trained: int
     counts = {"pods/rollouts_generated": generated, "pods/rollouts_trained": trained}
     tokens = {"pods/tokens_generated": 10 * generated, "pods/tokens_trained": 10 * trained}
     steps = [{"step": i + 1, "train_seconds": t, **phases, **counts, **tokens} for i, t in enumerate(times[1:])]
+    for name, values in (refills or {}).items():
+        for step, value in zip(steps, values, strict=True):
+            step[f"pods/{name}"] = value
     evals = [
-        {"step": i, "train_seconds": t, "accuracy": a} for i, (t, a) in enumerate(zip(times, accuracy, strict=True))
+        {"step": i, "train_seconds": t, "eval_seconds": 2.0 + i, "accuracy": a}
+        for i, (t, a) in enumerate(zip(times, accuracy, strict=True))
     ]
     return {"step": steps, "eval": evals}
 
@@ -144,6 +151,9 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert pods["seconds_per_step"] == pytest.approx(
         {"generate": 2.1, "score": 0.16, "select": 0.018, "update": 1.8, "total": 4.078}
     )
+    assert (pods["rollouts_per_trained_row"], grpo["rollouts_per_trained_row"]) == (4, 1)
+    assert pods["dynamic_sampling"] is None
+    assert pods["seconds_per_evaluation"] == pytest.approx(3.5)  # 2, 3, 4, 5 s per evaluation
     assert pods["totals"] == {
         "rollouts_generated": 48,
         "rollouts_trained": 12,
@@ -163,12 +173,36 @@ def test_summarize_on_synthetic_runs(tmp_path):
     write_comparison(tmp_path, comparison)
     markdown = (tmp_path / "comparison.md").read_text()
     assert "| pods | 8 | 2 | max_variance |" in markdown
+    assert "| pods | 16 | 4 | 4.00 | — | — | — | 48 | 12 | 480 | 120 |" in markdown
     assert "| grpo | 0 | 3 | 30 | 60.0 | > 30 | baseline | baseline |" in markdown  # censored: more than 30 s
     assert "| pods | 0 | 3 | 30 | 70.0 | 14.3 [10, 20] | ≥ 2.09x [1.50, ∞] | +13.3 |" in markdown
     assert comparison["summary"][1] in markdown
     assert (tmp_path / "comparison.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["arms"]["pods"]["evaluations"] == [run["eval"] for run in records["pods"]]  # the raw per-seed data
+
+
+def test_summarize_prices_dynamic_samplings_refills():
+    settings = resolve_compare(None, [{"n": 4, "m": 4, "prompts_per_step": 2, "seeds": [0, 1]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "grpo-ds")}
+    times = [0, 10, 20]
+    # grpo-ds: 2 rounds a step on seed 0 (4 prompts, half dropped), 3 on seed 1 (6 prompts, 4 dropped); each round
+    # generates 2 prompts x 4 rollouts, and 8 rows are trained a step.
+    refills = [
+        {"generation_rounds": [2, 2], "prompts_generated": [4, 4], "groups_dropped_frac": [0.5, 0.5]},
+        {"generation_rounds": [3, 3], "prompts_generated": [6, 6], "groups_dropped_frac": [2 / 3, 2 / 3]},
+    ]
+    records = {
+        "grpo": [_run(times, [0.2, 0.4, 0.6], 8, 8) for _ in range(2)],
+        "grpo-ds": [_run(times, [0.2, 0.5, 0.6], 16, 8, refills[0]), _run(times, [0.2, 0.5, 0.6], 24, 8, refills[1])],
+    }
+    comparison = summarize(settings, records)
+    ds = comparison["arms"]["grpo-ds"]
+    assert ds["dynamic_sampling"] == pytest.approx(
+        {"generation_rounds": 2.5, "prompts_generated": 5, "groups_dropped_frac": (0.5 + 2 / 3) / 2}
+    )
+    assert ds["rollouts_per_trained_row"] == pytest.approx(20 / 8)  # 16 and 24 generated a step; 8 trained
+    assert comparison["arms"]["grpo"]["dynamic_sampling"] is None
 
 
 def test_resolve_compare_arms_and_batch_sizes(tmp_path):
@@ -266,7 +300,7 @@ def test_unknown_arm_is_rejected():
         "compare-tiny.yaml",
         "compare-smollm2.yaml",
         "compare-smollm2-cpu.yaml",
-        "compare-smollm2-vllm.yaml",
+        "compare-smollm2-sums.yaml",
         "compare-smollm2-3term.yaml",
     ],
 )
@@ -349,6 +383,21 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
 
     again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
     assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
+
+
+def test_plan_names_each_arms_learning_rate_and_counts_the_runs():
+    fixed = resolve_compare(None, [{"seeds": [0, 1], "trainer": {"learning_rate": 3e-4}}], only=["grpo", "pods"])
+    tuned = resolve_compare(
+        None, [{"seeds": [0, 1], "lr_grid": [1e-4, 2e-4], "tuning_seeds": [100]}], only=["grpo", "pods"]
+    )
+    for settings, rate, caption in (
+        (fixed, "0.0003", "4 runs, one after another"),
+        (tuned, "best of 0.0001, 0.0002", "4 tuning runs (seeds [100]), then 4 runs, one after another"),
+    ):
+        table = plan_table(settings)
+        cells = [list(column.cells) for column in table.columns]
+        assert cells[0] == ["grpo", "pods"] and cells[6] == [rate, rate] and table.caption == caption
+        assert (cells[1], cells[2], cells[4]) == (["4", "16"], ["4", "4"], ["64", "64"])
 
 
 def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():

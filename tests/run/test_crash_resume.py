@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from support import without_wall_times
 from typer.testing import CliRunner
 
 from pods_rl.cli import app
@@ -28,7 +29,6 @@ RUN = [
     "--set", "task_options.num_train=32",
     "--set", "task_options.num_test=8",
 ]  # fmt: skip
-TIMING = {"train_seconds", "step_time"}
 # `pods train`, stalled inside the staging write of one checkpoint (after the model and optimizer were written),
 # so that the test can kill it exactly there.
 STALLED_CHECKPOINT = """
@@ -86,7 +86,7 @@ def comparable_records(out: Path) -> dict[tuple[str, int], dict]:
         record = json.loads(line)
         key = (record["type"], record["step"])
         assert key not in records, f"duplicated record {key}"
-        records[key] = {k: v for k, v in record.items() if k not in TIMING and not k.startswith("pods/time_")}
+        records[key] = without_wall_times(record)
     return records
 
 

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from support import without_wall_times
 from typer.testing import CliRunner
 
 from pods_rl.cli import app
@@ -21,10 +22,7 @@ SHORT = [
 
 def records_without_timing(out: Path) -> list[dict]:
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [
-        {k: v for k, v in record.items() if k not in ("train_seconds", "step_time") and not k.startswith("pods/time_")}
-        for record in records
-    ]
+    return [without_wall_times(record) for record in records]
 
 
 def test_same_seed_same_metrics(tiny_model_dir, tmp_path):

@@ -6,7 +6,7 @@ from typing import Literal, Optional, Union
 import pytest
 
 from pods_rl.run.field_types import FIELD_TYPES, current_tables, type_text
-from pods_rl.run.settings import RunSettings, SettingsError, apply_on_resume, flatten, resolve
+from pods_rl.run.settings import RunSettings, SettingsError, apply_on_resume, flatten, parse_override, resolve
 
 
 def test_field_tables_match_the_installed_classes():
@@ -84,3 +84,23 @@ def test_resume_changes_only_what_may_change():
 
 def test_flatten():
     assert flatten({"a": 1, "b": {"c": 2, "d": {}}, "e": None}) == {"a": 1, "b.c": 2, "e": None}
+
+
+def test_yaml_values_follow_yaml_1_2_booleans_and_floats(tmp_path):
+    """`save_strategy=no` stays the string TRL takes (YAML 1.1 would read a boolean); true/false and 1e-4 are read
+    as a boolean and a float, in a file and on the command line alike."""
+    assert parse_override("trainer.save_strategy=no") == {"trainer": {"save_strategy": "no"}}
+    assert [parse_override(f"x={raw}")["x"] for raw in ("yes", "on", "off", "true", "False", "1e-4", "null")] == [
+        "yes",
+        "on",
+        "off",
+        True,
+        False,
+        1e-4,
+        None,
+    ]
+    config = tmp_path / "run.yaml"
+    config.write_text("trainer:\n  save_strategy: no\n  bf16: false\n")
+    settings = resolve(lambda model, task: {}, config, [parse_override("trainer.logging_strategy=no")])
+    assert (settings.trainer["save_strategy"], settings.trainer["bf16"]) == ("no", False)
+    assert settings.trainer["logging_strategy"] == "no"

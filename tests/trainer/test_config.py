@@ -97,7 +97,10 @@ def test_batch_budget_needs_whole_pools_per_process(tmp_path, monkeypatch):
     ("kwargs", "message"),
     [
         (dict(max_generation_rounds=0), "max_generation_rounds must be >= 1, got 0"),
-        (dict(per_device_train_batch_size=2), r"every pool must lie on one process: .* \(2\) must be a multiple"),
+        (
+            dict(per_device_train_batch_size=2),
+            r"dynamic_sampling keeps or drops whole pools .* every prompt's pool must lie on one process: .* \(2\)",
+        ),
         (
             dict(gradient_accumulation_steps=2, steps_per_generation=1),
             r"steps_per_generation \* num_iterations \(1\) must be a multiple of gradient_accumulation_steps \(2\)",

@@ -230,13 +230,34 @@ def default_compare_dir(settings: CompareSettings) -> Path:
 
 
 def plan_table(settings: CompareSettings) -> Table:
-    table = Table("arm", "n", "m", "rule", "rows/step", "prompts/step", "seeds", title="comparison plan")
+    """The arms, their sizes and learning rates, and how many runs the comparison trains (tuning runs first)."""
+    runs = f"{len(settings.arms) * len(settings.seeds)} runs"
+    if settings.lr_grid:
+        tuning = len(settings.arms) * len(settings.lr_grid) * len(settings.tuning_seeds)
+        runs = f"{tuning} tuning runs (seeds {settings.tuning_seeds}), then {runs}"
+    table = Table(
+        "arm",
+        "n",
+        "m",
+        "rule",
+        "rows/step",
+        "prompts/step",
+        "learning rate",
+        "seeds",
+        title="comparison plan",
+        caption=f"{runs}, one after another",
+    )
     for name in settings.arms:
         trainer = settings.arm_settings(name, settings.seeds[0]).trainer
         n, m, rule = settings.arm_sizes(name)
         rows = trainer["per_device_train_batch_size"] * trainer.get("gradient_accumulation_steps", 1)
         seeds = ",".join(map(str, settings.seeds))
-        table.add_row(name, str(n), str(m), rule_text(n, m, rule), str(rows), f"{rows / m:g}", seeds)
+        rate = (
+            "best of " + ", ".join(f"{rate:g}" for rate in settings.lr_grid)
+            if settings.lr_grid
+            else f"{trainer.get('learning_rate', 'TRL default')}"
+        )
+        table.add_row(name, str(n), str(m), rule_text(n, m, rule), str(rows), f"{rows / m:g}", rate, seeds)
     return table
 
 

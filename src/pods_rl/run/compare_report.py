@@ -201,6 +201,7 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
             name,
             *(f"{a['seconds_per_step'][p]:.3f}" for p in (*PHASES, "total")),
             f"{a['predicted_seconds_per_step']:.3f}",
+            "—" if a["seconds_per_evaluation"] is None else f"{a['seconds_per_evaluation']:.1f}",
         )
         for name, a in arms.items()
     ]
@@ -209,6 +210,8 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
             name,
             f"{a['per_step']['rollouts_generated']:.0f}",
             f"{a['per_step']['rollouts_trained']:.0f}",
+            f"{a['rollouts_per_trained_row']:.2f}",
+            *_refill_cells(a["dynamic_sampling"]),
             *(f"{a['totals'][c]:.0f}" for c in COUNTS),
         )
         for name, a in arms.items()
@@ -233,6 +236,10 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
             "arm",
             "rollouts generated / step",
             "rollouts trained / step",
+            "generated / trained row",
+            "generation rounds / step",
+            "prompts generated / step",
+            "groups dropped (%)",
             "rollouts generated",
             "rollouts trained",
             "tokens generated",
@@ -278,7 +285,7 @@ of training (censored). Speedup: the estimate [lowest, highest the brackets allo
 
 {_learning_rates_markdown(comparison["learning_rates"])}## Seconds per step: measured and predicted
 
-{_markdown_table(("arm", *PHASES, "measured total", "predicted"), cost_rows)}
+{_markdown_table(("arm", *PHASES, "measured total", "predicted", "s per evaluation"), cost_rows)}
 
 ## Work per step and per run (mean over seeds)
 
@@ -295,6 +302,17 @@ When PODS pays:
 
 {definitions}
 """
+
+
+def _refill_cells(refills: dict[str, float] | None) -> tuple[str, str, str]:
+    """Dynamic sampling's rounds, prompts and dropped share per step; dashes for an arm without it."""
+    if refills is None:
+        return ("—", "—", "—")
+    return (
+        f"{refills['generation_rounds']:.2f}",
+        f"{refills['prompts_generated']:.1f}",
+        f"{100 * refills['groups_dropped_frac']:.1f}",
+    )
 
 
 def _learning_rates_markdown(learning_rates: dict[str, Any] | None) -> str:

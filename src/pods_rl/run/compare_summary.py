@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pods_rl.run.compare import CompareSettings
 
 COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_trained")
+# What dynamic sampling's refills did, per step (logged by arms with `dynamic_sampling` only).
+REFILLS = ("generation_rounds", "prompts_generated", "groups_dropped_frac")
 PEAK = "the mean over seeds of each seed's highest evaluation"
 Records = dict[str, list[dict[str, list[dict]]]]  # arm -> per seed {"step": [...], "eval": [...]} from metrics.jsonl
 
@@ -111,10 +113,13 @@ def summarize(
             if target is None or name == settings.baseline
             else compare_to_baseline(baseline, curves[name], target),
             "seconds_per_step": seconds,
+            "seconds_per_evaluation": _evaluation_seconds(runs),
             "predicted_seconds_per_step": cost_model.step_seconds(
                 per_step["rollouts_generated"], per_step["rollouts_trained"]
             ),
             "per_step": per_step,
+            "rollouts_per_trained_row": per_step["rollouts_generated"] / per_step["rollouts_trained"],
+            "dynamic_sampling": _refills(steps),
             "totals": {c: float(np.mean([sum(s[f"pods/{c}"] for s in run["step"]) for run in runs])) for c in COUNTS},
             "curve": band(curves[name]),
         }
@@ -138,6 +143,19 @@ def summarize(
         "warnings": _warnings(settings, records, curves, target),
         "definitions": DEFINITIONS,
     }
+
+
+def _evaluation_seconds(runs: list[dict[str, list[dict]]]) -> float | None:
+    """Mean wall seconds of one evaluation over every seed's evaluations (None for records that predate it)."""
+    seconds = [e["eval_seconds"] for run in runs for e in run["eval"] if "eval_seconds" in e]
+    return float(np.mean(seconds)) if seconds else None
+
+
+def _refills(steps: list[dict]) -> dict[str, float] | None:
+    """Mean over steps of what dynamic sampling's rounds did, or None for an arm without it."""
+    if not any(f"pods/{name}" in step for step in steps for name in REFILLS):
+        return None
+    return {name: float(np.mean([step[f"pods/{name}"] for step in steps])) for name in REFILLS}
 
 
 def summary_lines(baseline: str, arms: dict[str, Any]) -> list[str]:
@@ -237,6 +255,12 @@ DEFINITIONS = {
     "curve": "each seed's evaluations interpolated linearly onto the union of the arm's evaluation times (held at "
     "the last value after the run ends); the mean over seeds is drawn bold, each seed thin",
     "seconds_per_step": "mean over all steps of all seeds of the logged phase times (pods/time_*)",
+    "seconds_per_evaluation": "mean wall time of one evaluation over all evaluations of all seeds (not on the "
+    "training clock, but in the wall time of a run)",
+    "rollouts_per_trained_row": "rollouts generated per step / rollouts trained per step (n / m without "
+    "dynamic sampling; its refills add the rounds' rollouts)",
+    "dynamic_sampling": "arms with dynamic sampling, mean over all steps of all seeds: generation rounds per step "
+    "(the first included), prompts generated per step, and the share of generated groups dropped for equal rewards",
     "totals": "per run (mean over seeds) sums over steps of rollouts and completion tokens generated and trained",
     "predicted_seconds_per_step": "cost model (per-phase least squares over all steps of all arms: generate, score "
     "and select vs rollouts generated, update vs rollouts trained) at the arm's mean rollouts per step",

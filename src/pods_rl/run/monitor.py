@@ -172,14 +172,15 @@ class RunMonitor(TrainerCallback, ExportableState):
         FSDP each forward pass needs them all. All keep the record; the main process writes it."""
         started = time.perf_counter()
         results = self.evaluate(model)
-        record = {"step": state.global_step, "train_seconds": self.train_seconds, **results}
+        seconds = time.perf_counter() - started  # wall time, outside the training clock: what evaluating costs
+        record = {"step": state.global_step, "train_seconds": self.train_seconds, "eval_seconds": seconds, **results}
         self.evaluations.append(record)
         self._write({"type": "eval", **record})
         if self._showing and "accuracy" in results:
             sampled = f", sampled {results['accuracy_sampled']:.3f}" if "accuracy_sampled" in results else ""
             self.display.print(
                 f"step {state.global_step}: held-out accuracy {results['accuracy']:.3f}{sampled} "
-                f"({results['num_examples']} examples, {time.perf_counter() - started:.0f} s)",
+                f"({results['num_examples']} examples, {seconds:.0f} s)",
                 highlight=False,
             )
 

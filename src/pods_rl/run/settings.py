@@ -34,9 +34,17 @@ from pods_rl.tasks.names import check_task_name
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader, also reading `1e-4` as a float (YAML 1.1 needs `1.0e-4`)."""
+    """The safe loader with YAML 1.2's scalars: `1e-4` is a float (YAML 1.1 needs `1.0e-4`), and only true/false are
+    booleans, so that `save_strategy: no` (in a file or `--set`) stays the string TRL takes (YAML 1.1 reads
+    no/yes/on/off as booleans)."""
 
 
+BOOL = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),

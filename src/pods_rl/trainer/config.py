@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from pods_rl.config_rules import PODS_DEFAULTS, check_batch, check_selection_fields, check_vllm
+from pods_rl.config_rules import PODS_DEFAULTS, check_batch, check_refill_steps, check_selection_fields, check_vllm
 
 
 @dataclass
@@ -94,11 +94,11 @@ class PODSConfig(GRPOConfig):
     )
 
     dynamic_sampling: bool = field(
-        default=False,
+        default=PODS_DEFAULTS["dynamic_sampling"],
         metadata={"help": "Drop prompt groups whose rewards are all equal and generate more prompts (DAPO)."},
     )
     max_generation_rounds: int = field(
-        default=3,
+        default=PODS_DEFAULTS["max_generation_rounds"],
         metadata={"help": "With dynamic_sampling: generation rounds per step at most, the first one included."},
     )
 
@@ -116,33 +116,16 @@ class PODSConfig(GRPOConfig):
             super().__post_init__()
         finally:
             self.num_generations, self.num_generations_eval = pool_size, eval_generations
-        local_trained_rows = self.per_device_train_batch_size * self.steps_per_generation
         check_batch(
-            local_trained_rows,
+            self.per_device_train_batch_size * self.steps_per_generation,
             self.world_size,
             pool_size,
             self.num_selected,
             self.selection_budget,
+            dynamic_sampling=self.dynamic_sampling,
         )
-        if self.max_generation_rounds < 1:
-            raise ValueError(f"max_generation_rounds must be >= 1, got {self.max_generation_rounds}.")
         if self.dynamic_sampling:
-            self._check_dynamic_sampling(local_trained_rows)
-
-    def _check_dynamic_sampling(self, local_trained_rows: int) -> None:
-        if local_trained_rows % self.num_selected:
-            raise ValueError(
-                f"dynamic_sampling keeps or drops whole pools on the process that generated them, so every pool must "
-                f"lie on one process: per_device_train_batch_size * steps_per_generation ({local_trained_rows}) must "
-                f"be a multiple of num_selected ({self.num_selected})."
-            )
-        copies = self.steps_per_generation * self.num_iterations
-        if copies % self.gradient_accumulation_steps:
-            raise ValueError(
-                f"dynamic_sampling draws further generation batches at the start of an optimizer step: "
-                f"steps_per_generation * num_iterations ({copies}) must be a multiple of gradient_accumulation_steps "
-                f"({self.gradient_accumulation_steps})."
-            )
+            check_refill_steps(self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps)
 
     @property
     def local_pool_size(self) -> int:

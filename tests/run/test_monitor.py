@@ -94,6 +94,30 @@ def test_seconds_grid_evaluates_on_crossing_each_multiple_without_drift(tmp_path
     ]
 
 
+def test_each_evaluation_records_its_own_seconds_outside_the_training_clock(tmp_path) -> None:
+    """An evaluation that takes 2.5 s of wall time records eval_seconds 2.5 and leaves train_seconds unchanged."""
+    clock = FakeClock()
+
+    def evaluate(model) -> dict:
+        clock.now += 2.5
+        return {"accuracy": 0.5, "num_examples": 4}
+
+    monitor = RunMonitor(
+        tmp_path / "metrics.jsonl",
+        evaluate,
+        EvalSettings(every_steps=None, every_seconds=10.0),
+        display=Display(Console(quiet=True)),
+        clock=clock,
+    )
+    _train(monitor, clock, [6, 6], max_steps=2)
+    assert [(e["step"], e["train_seconds"], e["eval_seconds"]) for e in monitor.evaluations] == [
+        (0, 0, 2.5),
+        (2, 12, 2.5),
+    ]
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["eval_seconds"] for r in written if r["type"] == "eval"] == [2.5, 2.5]
+
+
 def test_one_long_step_across_several_grid_points_evaluates_once(tmp_path) -> None:
     clock = FakeClock()
     monitor = _grid_monitor(tmp_path, EvalSettings(every_steps=None, every_seconds=10.0), clock)

@@ -64,7 +64,7 @@ class RunMonitor(TrainerCallback, ExportableState):
         self.display = display or Display()
         self.train_seconds = train_seconds
         self.evaluations: list[dict] = evaluations or []
-        self.clock = clock  # seconds, for the step windows (a test passes a fake one)
+        self.clock = clock  # seconds, for the step windows and evaluations (a test passes a fake one)
         self.stop_signal: int | None = None  # the signal that asked the run to stop, if one did
         self._step_start = 0.0
         self._last_log: dict[str, float] = {}
@@ -170,9 +170,9 @@ class RunMonitor(TrainerCallback, ExportableState):
     def _evaluate(self, state, model) -> None:
         """Every process evaluates (its share of the evaluation set, see `evaluate(sharded=True)`): under ZeRO-3 or
         FSDP each forward pass needs them all. All keep the record; the main process writes it."""
-        started = time.perf_counter()
+        started = self.clock()
         results = self.evaluate(model)
-        seconds = time.perf_counter() - started  # wall time, outside the training clock: what evaluating costs
+        seconds = self.clock() - started  # wall time, outside the training clock: what evaluating costs
         record = {"step": state.global_step, "train_seconds": self.train_seconds, "eval_seconds": seconds, **results}
         self.evaluations.append(record)
         self._write({"type": "eval", **record})

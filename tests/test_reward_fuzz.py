@@ -14,10 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pods_rl import rewards
+from pods_rl import grading, rewards
 from pods_rl.tasks import load_task
 
-SECONDS_PER_COMPLETION = 2.0
+# A hang guard, not a speed test: each grader call is cut at grading.CALL_TIMEOUT_S (1 s) and its worker restarted,
+# which took up to 2.1 s in all on a busy 2-core CPU; without the cut, an adversarial exponent never returns.
+SECONDS_PER_COMPLETION = 10 * grading.CALL_TIMEOUT_S
 ANSWERS = ["42", "-3", "\\frac{1}{2}", "0.75", "(1,-1)", "x^2+1", "\\sqrt{2}"]
 ADVERSARIAL = [
     "<think>" * 5000,

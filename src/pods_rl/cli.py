@@ -248,7 +248,11 @@ def compare(
     ] = None,
     output_dir: Annotated[Path | None, typer.Option(help="Comparison folder (default: a new folder in runs/).")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Finish the comparison in this folder: keep finished runs, train the rest.")
+        Path | None,
+        typer.Option(
+            help="Finish the comparison in this folder: keep finished runs, train the rest; --set / --seed may add "
+            "learning rates (lr_grid), tuning seeds or seeds."
+        ),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing comparison.")] = False,
     arm: Annotated[list[str] | None, typer.Option("--arm", help="Run only this arm (repeatable).")] = None,
@@ -270,21 +274,31 @@ def compare(
     ] = None,
 ) -> None:
     """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
-    from pods_rl.run.compare import ArmFailed, default_compare_dir, load_compare, plan_table, resolve_compare
+    from pods_rl.run.compare import (
+        ArmFailed,
+        default_compare_dir,
+        extend_on_resume,
+        load_compare,
+        plan_table,
+        resolve_compare,
+    )
     from pods_rl.run.compare import run_comparison as run_arms
 
     try:
+        named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
+        overrides = [{key: value} for key, value in named.items() if value is not None]
+        overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
         if resume is not None:
-            if config is not None or output_dir is not None:
+            if config is not None or output_dir is not None or arm:
                 raise ValueError(
-                    "--resume finishes a comparison with its saved settings: drop --config and --output-dir."
+                    "--resume finishes a comparison with its saved settings: drop --config, --output-dir and --arm."
                 )
-            settings = load_compare(resume)
+            settings, added = extend_on_resume(load_compare(resume), overrides, where=f"--resume {resume}")
+            for key, (old, new) in added.items():
+                line = f"--resume: {key} {old} -> {new} (the finished runs are kept)"
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
             output_dir = resume
         else:
-            named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
-            overrides = [{key: value} for key, value in named.items() if value is not None]
-            overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
             settings = resolve_compare(config, overrides, only=arm)
             output_dir = output_dir or default_compare_dir(settings)
         console.print(plan_table(settings))

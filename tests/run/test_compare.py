@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import pods_rl.versions
 from pods_rl.cli import app
-from pods_rl.run import compare
+from pods_rl.run import compare, compare_summary
 from pods_rl.run.compare import plan_table, resolve_compare
 from pods_rl.run.compare_report import write_comparison
 from pods_rl.run.compare_summary import summarize
@@ -339,7 +339,10 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}
 
 
-TUNED_ACCURACY = {"grpo": {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4}, "pods": {1e-5: 0.2, 2e-5: 0.5, 4e-5: 0.7}}
+TUNED_ACCURACY = {
+    "grpo": {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4, 8e-5: 0.5},
+    "pods": {1e-5: 0.2, 2e-5: 0.5, 4e-5: 0.7, 8e-5: 0.65},
+}
 
 
 def _fake_pods_train(calls: list[tuple[str, float, int]]):
@@ -381,8 +384,64 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
     assert "## Learning rates, tuned on seeds [7]" in markdown
     assert "| pods | 17.5 | 40.0 | **55.0** | 4e-05 |" in markdown
 
+    assert [w for w in comparison["warnings"] if "lr_grid" in w] == [
+        "pods: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05', '2e-05', '4e-05'], so a higher one "
+        "may do better; widen the grid for every arm and resume (pods compare --resume <folder> --set "
+        "'lr_grid=[...]') before reading the arms as tuned."
+    ]
+
     again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
     assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
+
+    # Widening the grid on resume trains only the new rate's tuning runs; the choices hold, so every reported run
+    # is kept, and 4e-5 is no longer at the grid's edge.
+    wider = runner.invoke(app, ["compare", "--resume", str(out), "--set", "lr_grid=[1e-5, 2e-5, 4e-5, 8e-5]"])
+    assert wider.exit_code == 0, wider.output
+    assert "--resume: lr_grid [1e-05, 2e-05, 4e-05] -> [1e-05, 2e-05, 4e-05, 8e-05]" in wider.output
+    assert calls[10:] == [("grpo", 8e-5, 7), ("pods", 8e-5, 7)]
+    widened = json.loads((out / "comparison.json").read_text())
+    assert widened["learning_rates"]["arms"]["pods"]["mean_accuracy"]["8e-05"] == pytest.approx(0.5125)
+    assert not [w for w in widened["warnings"] if "lr_grid" in w]
+    assert compare.load_compare(out).lr_grid == [1e-5, 2e-5, 4e-5, 8e-5]
+
+
+def test_resume_may_only_add_rates_and_seeds():
+    saved = resolve_compare(None, [{"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1]}])
+    grown, changes = compare.extend_on_resume(saved, [{"seeds": [0, 1, 2], "tuning_seeds": [7, 8]}], where="r")
+    assert (grown.seeds, grown.tuning_seeds) == ([0, 1, 2], [7, 8])
+    assert changes == {"seeds": ([0, 1], [0, 1, 2]), "tuning_seeds": ([7], [7, 8])}
+    assert compare.extend_on_resume(saved, [], where="r")[1] == {}
+    for override, key in (
+        ({"lr_grid": [1e-5, 4e-5]}, "lr_grid"),  # drops 2e-5, whose runs are finished
+        ({"seeds": [1]}, "seeds"),
+        ({"time_budget": 30.0}, "time_budget"),
+        ({"arms": {"pods": {"rule": "random"}}}, "arms.pods.rule"),
+    ):
+        with pytest.raises(ValueError, match=rf"r: cannot change {key}: a resumed comparison keeps its settings"):
+            compare.extend_on_resume(saved, [override], where="r")
+    untuned = resolve_compare(None, [{"seeds": [0]}])
+    with pytest.raises(ValueError, match="cannot change lr_grid, tuning_seeds"):
+        compare.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")
+
+
+def test_resume_refuses_a_subset_of_arms(tmp_path):
+    result = runner.invoke(app, ["compare", "--resume", str(tmp_path), "--arm", "grpo"])
+    assert result.exit_code == 2
+    assert "drop --config, --output-dir and --arm" in result.output
+
+
+def test_grid_edge_warnings_name_arms_tuned_at_either_end():
+    def rates(grid: list[float], chosen: dict[str, float]) -> dict:
+        return {"grid": grid, "arms": {name: {"chosen": rate} for name, rate in chosen.items()}}
+
+    warnings = compare_summary.grid_edge_warnings(rates([4e-5, 1e-5, 2e-5], {"a": 4e-5, "b": 2e-5, "c": 1e-5}))
+    assert [w.split(",")[0] for w in warnings] == [
+        "a: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05'",
+        "c: its chosen learning rate 1e-05 is the lowest of lr_grid ['1e-05'",
+    ]
+    assert "so a lower one may do better" in warnings[1]
+    assert compare_summary.grid_edge_warnings(rates([1e-5], {"a": 1e-5})) == []
+    assert compare_summary.grid_edge_warnings(None) == []
 
 
 def test_plan_names_each_arms_learning_rate_and_counts_the_runs():

@@ -6,7 +6,15 @@ from typing import Literal, Optional, Union
 import pytest
 
 from pods_rl.run.field_types import FIELD_TYPES, current_tables, type_text
-from pods_rl.run.settings import RunSettings, SettingsError, apply_on_resume, flatten, parse_override, resolve
+from pods_rl.run.settings import (
+    RunSettings,
+    SettingsError,
+    apply_on_resume,
+    changed_values,
+    flatten,
+    parse_override,
+    resolve,
+)
 
 
 def test_field_tables_match_the_installed_classes():
@@ -68,6 +76,17 @@ def test_user_settings_are_checked_before_the_defaults_are_built():
 
     with pytest.raises(SettingsError, match="seed: input should be a valid integer"):
         resolve(defaults, None, [{"seed": "abc"}])
+
+
+def test_changed_values_names_every_differing_leaf_with_both_values():
+    before = {"trainer": {"max_steps": 5, "beta": 0.0}, "seed": 0, "eval": {"every_steps": 10}}
+    after = {"trainer": {"max_steps": 9, "beta": 0.0}, "seed": 0, "lora": {"r": 8}}
+    assert changed_values(before, after) == {
+        "eval.every_steps": (10, None),
+        "lora.r": (None, 8),
+        "trainer.max_steps": (5, 9),
+    }
+    assert changed_values(before, before) == {}
 
 
 def test_resume_changes_only_what_may_change():

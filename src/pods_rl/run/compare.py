@@ -27,9 +27,9 @@ from rich.table import Table
 
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.compare_report import results_tables, rule_text, write_comparison
-from pods_rl.run.compare_summary import choose_learning_rates, summarize
+from pods_rl.run.compare_summary import choose_learning_rates, grid_edge_warnings, summarize
 from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
-from pods_rl.run.settings import RunSettings, merge, read_yaml
+from pods_rl.run.settings import RunSettings, changed_values, merge, read_yaml
 
 COMPARE_FILE = "compare.yaml"
 ARM_KEYS = ("n", "m", "rule")  # arm shorthands; the rest of an arm is run-settings overrides
@@ -285,7 +285,7 @@ def run_comparison(
 
         load_run_task(settings.arm_settings(next(iter(settings.arms)), settings.seeds[0]))  # its data can be read
         replace_output_dir(output_dir, replace=replace)  # every check passed: only now is a folder replaced
-        (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+    (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))  # or the widened
     learning_rates = None
     if settings.lr_grid:
         # Tuning first, on seeds the reported runs never use: every arm gets the same grid and the same seeds.
@@ -308,6 +308,8 @@ def run_comparison(
                 for name in settings.arms
             },
         )
+        for warning in grid_edge_warnings(learning_rates):  # before hours of reported runs at these rates
+            console.print(f"[bold yellow]warning:[/] {warning}")
     chosen = {
         name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms
     }
@@ -353,6 +355,35 @@ def _train_runs(runs: dict[str, tuple[Path, RunSettings]], console: Console) -> 
         )
 
 
+GROWABLE = ("lr_grid", "tuning_seeds", "seeds")
+
+
+def extend_on_resume(
+    saved: CompareSettings, overrides: list[dict[str, Any]], *, where: str
+) -> tuple[CompareSettings, dict[str, tuple[list, list]]]:
+    """The saved comparison with `overrides` applied, and the changes as {key: (old, new)}.
+
+    Only the lists of GROWABLE may change, and only by adding values, so that every finished run stays one the
+    comparison plans (a wider learning-rate grid or more seeds train only the new runs). Raises ValueError otherwise.
+    """
+    data = saved.to_dict()
+    for override in overrides:
+        data = merge(data, override)
+    updated = CompareSettings.from_dict(data, where=where)
+    changes = changed_values(saved.to_dict(), updated.to_dict())
+    refused = [
+        key
+        for key, (old, new) in changes.items()
+        if key not in GROWABLE or not isinstance(old, list) or not set(old) <= set(new or [])
+    ]
+    if refused:
+        raise ValueError(
+            f"{where}: cannot change {', '.join(refused)}: a resumed comparison keeps its settings; it may only add "
+            f"values to {', '.join(GROWABLE)} (e.g. --set 'lr_grid=[1e-5, 2e-5, 4e-5, 8e-5]')."
+        )
+    return updated, changes
+
+
 def load_compare(output_dir: Path) -> CompareSettings:
     """The settings a comparison folder was started with, to finish it (`--resume`)."""
     path = Path(output_dir) / COMPARE_FILE
@@ -372,16 +403,7 @@ def _finished(run_dir: Path, planned: RunSettings) -> bool:
 
 def _changed_settings(run_dir: Path, planned: RunSettings) -> list[str]:
     """Dotted keys whose value in the run's config.yaml differs from the planned settings."""
-
-    def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        items: dict[str, Any] = {}
-        for key, value in data.items():
-            items.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-        return items
-
-    ran = flat(read_yaml(run_dir / CONFIG_FILE))
-    wanted = flat(yaml.safe_load(yaml.safe_dump(planned.to_dict())))
-    return sorted(key for key in ran.keys() | wanted.keys() if ran.get(key) != wanted.get(key))
+    return list(changed_values(read_yaml(run_dir / CONFIG_FILE), yaml.safe_load(yaml.safe_dump(planned.to_dict()))))
 
 
 def _train_in_subprocess(settings: RunSettings, run_dir: Path) -> None:

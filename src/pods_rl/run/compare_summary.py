@@ -72,6 +72,25 @@ def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[floa
     return {"rule": LR_RULE, "grid": settings.lr_grid, "tuning_seeds": settings.tuning_seeds, "arms": arms}
 
 
+def grid_edge_warnings(learning_rates: dict[str, Any] | None) -> list[str]:
+    """Arms whose chosen rate is the grid's highest or lowest: the best rate may lie outside it, and an arm tuned
+    short of its best is compared unfairly. The remedy widens the grid for every arm, keeping the finished runs."""
+    if learning_rates is None or len(learning_rates["grid"]) < 2:
+        return []
+    grid = sorted(learning_rates["grid"])
+    warnings = []
+    for name, arm in learning_rates["arms"].items():
+        chosen = arm["chosen"]
+        if chosen in (grid[0], grid[-1]):
+            edge, beyond = ("highest", "higher") if chosen == grid[-1] else ("lowest", "lower")
+            warnings.append(
+                f"{name}: its chosen learning rate {chosen:g} is the {edge} of lr_grid {[f'{r:g}' for r in grid]}, "
+                f"so a {beyond} one may do better; widen the grid for every arm and resume (pods compare --resume "
+                "<folder> --set 'lr_grid=[...]') before reading the arms as tuned."
+            )
+    return warnings
+
+
 def _window_accuracy(evaluations: list[dict], metric: str) -> float:
     times = [e["train_seconds"] for e in evaluations]
     return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])
@@ -140,7 +159,7 @@ def summarize(
             "phases": cost_model.to_dict(),
             "when_pods_pays": when_pods_pays(cost_model, settings.n, settings.m, settings.prompts_per_step),
         },
-        "warnings": _warnings(settings, records, curves, target),
+        "warnings": grid_edge_warnings(learning_rates) + _warnings(settings, records, curves, target),
         "definitions": DEFINITIONS,
     }
 

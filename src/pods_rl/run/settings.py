@@ -310,6 +310,13 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return items
 
 
+def changed_values(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (old, new)} for every value that differs between two nested settings."""
+    old, new = flatten(before), flatten(after)
+    keys = sorted(old.keys() | new.keys())
+    return {key: (old.get(key), new.get(key)) for key in keys if old.get(key) != new.get(key)}
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """`trainer.learning_rate=1e-4` -> {"trainer": {"learning_rate": 0.0001}}; the value is read as YAML."""
     key, sep, raw = text.partition("=")
@@ -367,12 +374,7 @@ def apply_on_resume(
     for override in overrides:
         data = merge(data, override)
     updated = RunSettings.from_dict(data, where=where)
-    before, after = flatten(saved.to_dict()), flatten(updated.to_dict())
-    changes = {
-        key: (before.get(key), after.get(key))
-        for key in sorted(before.keys() | after.keys())
-        if before.get(key) != after.get(key)
-    }
+    changes = changed_values(saved.to_dict(), updated.to_dict())
     refused = [key for key in changes if key not in RESUMABLE]
     if refused:
         raise SettingsError(

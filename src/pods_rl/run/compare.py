@@ -285,7 +285,8 @@ def run_comparison(
 
         load_run_task(settings.arm_settings(next(iter(settings.arms)), settings.seeds[0]))  # its data can be read
         replace_output_dir(output_dir, replace=replace)  # every check passed: only now is a folder replaced
-    (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))  # or the widened
+    # Written on resume too: the settings may have been widened (`extend_on_resume`), and the folder keeps them.
+    (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
     learning_rates = None
     if settings.lr_grid:
         # Tuning first, on seeds the reported runs never use: every arm gets the same grid and the same seeds.

@@ -6,7 +6,6 @@ import pods_rl.defaults
 from pods_rl.defaults import (
     GENERIC,
     SMOLLM2_CPU_ARITHMETIC,
-    cpu_flags,
     default_run_settings,
     generation_backend,
     preset_for,
@@ -84,15 +83,6 @@ def test_smollm2_on_an_avx2_cpu_generates_with_hf_even_where_vllm_is_installed(m
 )
 def test_generation_backend_follows_the_instruction_set(flags, use_vllm, reason):
     assert generation_backend(flags) == (use_vllm, reason)
-
-
-def test_cpu_flags_are_read_from_proc_cpuinfo(monkeypatch, tmp_path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu\n")
-    monkeypatch.setattr(pods_rl.defaults, "CPUINFO", cpuinfo)
-    assert cpu_flags() == {"fpu", "sse4_2", "avx2", "avx512f"}
-    monkeypatch.setattr(pods_rl.defaults, "CPUINFO", tmp_path / "absent")
-    assert cpu_flags() == frozenset()
 
 
 def test_smollm2_on_three_term_sums_gets_the_same_sizes_on_the_tasks_own_split(machine):

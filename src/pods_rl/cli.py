@@ -156,6 +156,10 @@ def train(
     if dry_run:
         return
     console.print(f"[bold green]done:[/] {output_dir}")
+    if "machine" in summary:  # one line on the console; summary.json keeps each field
+        from pods_rl.machine import machine_label
+
+        summary = {**summary, "machine": machine_label(summary["machine"])}
     typer.echo(json.dumps(summary, indent=2))
 
 
@@ -254,6 +258,12 @@ def compare(
             "learning rates (lr_grid), tuning seeds or seeds."
         ),
     ] = None,
+    status: Annotated[
+        Path | None,
+        typer.Option(
+            help="Show what the comparison in this folder has finished and what is left (trains nothing), then stop."
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing comparison.")] = False,
     arm: Annotated[list[str] | None, typer.Option("--arm", help="Run only this arm (repeatable).")] = None,
     seed: Annotated[list[int] | None, typer.Option("--seed", help="Seeds to run (repeatable).")] = None,
@@ -288,6 +298,17 @@ def compare(
         named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
         overrides = [{key: value} for key, value in named.items() if value is not None]
         overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
+        if status is not None:
+            if overrides or config or output_dir or resume or arm or dry_run or overwrite:
+                raise ValueError("--status only reads a comparison folder: give it alone.")
+            from pods_rl.run.compare_status import comparison_progress, progress_tables
+
+            progress = comparison_progress(status)
+            for table in progress_tables(progress):
+                console.print(table)
+            for warning in progress.warnings:
+                console.print(f"[bold yellow]warning:[/] {warning}")
+            return
         if resume is not None:
             if config is not None or output_dir is not None or arm:
                 raise ValueError(

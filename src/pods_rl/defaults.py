@@ -8,9 +8,9 @@ them too (the paper's sizes). How the presets were chosen, with the measurements
 from __future__ import annotations
 
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
+from pods_rl.machine import cpu_flags
 from pods_rl.run.settings import accelerator_available, merge
 from pods_rl.versions import CHECKPOINTING_FIELD, vllm_installed
 
@@ -84,7 +84,6 @@ SMOLLM2_CPU_PRESETS = {"arithmetic": SMOLLM2_CPU_ARITHMETIC, "arithmetic-3term":
 # Where vLLM is installed (`make vllm`) and the CPU has AVX-512 (`generation_backend`), the preset generates with it.
 SMOLLM2_CPU_VLLM: dict[str, Any] = {"trainer": {"use_vllm": True}}
 
-CPUINFO = Path("/proc/cpuinfo")
 
 SMOLLM2_CPU_NOTE = "the CPU preset of smollm2-135m on {task} (no accelerator found); your settings override it"
 
@@ -102,18 +101,6 @@ def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
         return True, "AVX-512 CPU: vLLM's CPU build measured 1.3x faster per step there; --no-vllm turns it off"
     kind = "AVX2 CPU" if "avx2" in cpu_flags else "CPU"
     return False, f"{kind} without AVX-512: vLLM's CPU build measured 2.2x slower per step there; --vllm forces it"
-
-
-def cpu_flags() -> frozenset[str]:
-    """The instruction-set flags of this machine's CPU, from /proc/cpuinfo (none where there is no such file)."""
-    try:
-        text = CPUINFO.read_text()
-    except OSError:
-        return frozenset()
-    return next(
-        (frozenset(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")),
-        frozenset(),
-    )
 
 
 def preset_for(model: str, task: str) -> str | None:

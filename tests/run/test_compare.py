@@ -1,3 +1,4 @@
+import io
 import json
 import math
 from pathlib import Path
@@ -11,7 +12,7 @@ import pods_rl.versions
 from pods_rl.cli import app
 from pods_rl.run import compare, compare_summary
 from pods_rl.run.compare import plan_table, resolve_compare
-from pods_rl.run.compare_report import write_comparison
+from pods_rl.run.compare_report import comparison_markdown, write_comparison
 from pods_rl.run.compare_summary import summarize
 from pods_rl.run.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
 
@@ -203,6 +204,43 @@ def test_summarize_prices_dynamic_samplings_refills():
     )
     assert ds["rollouts_per_trained_row"] == pytest.approx(20 / 8)  # 16 and 24 generated a step; 8 trained
     assert comparison["arms"]["grpo"]["dynamic_sampling"] is None
+
+
+EPYC = {
+    "cpu": "AMD EPYC",
+    "cpu_family": "26",
+    "cpu_model": "2",
+    "instruction_set": "AVX-512",
+    "cores": 2,
+    "accelerator": None,
+}
+XEON = {**EPYC, "cpu": "Intel Xeon", "cpu_family": "6", "cpu_model": "143"}
+
+
+def test_summarize_names_the_machines_and_warns_when_a_seeds_arms_ran_on_different_ones():
+    settings = resolve_compare(None, [{"n": 4, "m": 2, "prompts_per_step": 2, "seeds": [0, 1]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "pods")}
+    times = [0, 10, 20]
+
+    def runs(*machines):
+        return [{**_run(times, [0.2, 0.4, 0.6], 8, 4), "machine": machine} for machine in machines]
+
+    epyc, xeon = "AMD EPYC (family 26 model 2), AVX-512, 2 cores", "Intel Xeon (family 6 model 143), AVX-512, 2 cores"
+    one = summarize(settings, {"grpo": runs(EPYC, EPYC), "pods": runs(EPYC, EPYC)})
+    assert one["machines"] == {epyc: 4}
+    assert not [w for w in one["warnings"] if "machine" in w]
+    assert f"Machine: {epyc} (4 runs)." in comparison_markdown(one)
+
+    by_seed = summarize(settings, {"grpo": runs(EPYC, XEON), "pods": runs(EPYC, XEON)})
+    assert [w for w in by_seed["warnings"] if "machine" in w] == [
+        f"The seeds ran on 2 machines ({epyc}: 2 runs; {xeon}: 2 runs); each seed's arms share one, so per-seed "
+        "speedups hold, but pooled seconds (per step, per evaluation, the curves' time axis) mix CPUs."
+    ]
+    mixed = summarize(settings, {"grpo": runs(EPYC, XEON), "pods": runs(EPYC, None)})
+    assert [w for w in mixed["warnings"] if "machine" in w] == [
+        f"The arms of seed 1 ({xeon}; not recorded) ran on different machines: those seeds' times and speedups "
+        "compare seconds from different CPUs. Rerun them on one machine."
+    ]
 
 
 def test_resolve_compare_arms_and_batch_sizes(tmp_path):
@@ -468,3 +506,75 @@ def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():
         resolve_compare(
             None, [{"lr_grid": [1e-5], "tuning_seeds": [9], "arms": {"pods": {"trainer": {"learning_rate": 1e-4}}}}]
         )
+
+
+def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_path, monkeypatch):
+    from pods_rl.run.compare_status import RunProgress, comparison_progress, progress_tables
+
+    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
+    out = tmp_path / "cmp"
+    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    # As a sitting stopped after pods's tuning leaves it: grpo at 4e-5 and every reported run still to train.
+    pending = [
+        out / "tuning" / "grpo" / "lr-4e-05" / "seed-7",
+        *(out / arm / f"seed-{s}" for arm in ("grpo", "pods") for s in (0, 1)),
+    ]
+    for run_dir in pending:
+        (run_dir / "summary.json").unlink()
+
+    progress = comparison_progress(out)
+    assert [(run.label, run.finished) for run in progress.runs] == [
+        *(
+            (f"tuning {arm} lr {rate:g} seed 7", (arm, rate) != ("grpo", 4e-5))
+            for arm in ("grpo", "pods")
+            for rate in grid["lr_grid"]
+        ),
+        ("grpo seed 0", False),
+        ("pods seed 0", False),
+        ("grpo seed 1", False),
+        ("pods seed 1", False),
+    ]
+    # grpo 2/2 at 1e-5: 4 rollouts generated and trained a step, evaluations 0.1, 0.3, 0.3 at 0, 10, 20 s taking
+    # 2, 3, 4 s; the window (0.1 + 0.3) / 2 x 10 + 0.3 x 10 over 20 s.
+    first = progress.runs[0]
+    assert (first.steps, first.peak_accuracy) == (2, 0.3)
+    assert (first.generate_seconds, first.update_seconds) == pytest.approx((0.1 * 4 + 0.5, 0.2 * 4 + 1.0))
+    assert (first.window_accuracy, first.busy_seconds) == pytest.approx((0.25, 20 + 2 + 3 + 4))
+    assert progress.runs[-1] == RunProgress("pods seed 1", finished=False)
+    assert {name: best["chosen"] for name, best in progress.best_rates.items()} == {"grpo": 2e-5, "pods": 4e-5}
+    assert progress.rates_tuned == {"grpo": 2, "pods": 3}
+    # pods's choice is final and the grid's highest rate; grpo's is not final yet, so it is not judged.
+    assert progress.warnings == [
+        "pods: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05', '2e-05', '4e-05'], so a higher one "
+        "may do better; widen the grid for every arm and resume (pods compare --resume <folder> --set "
+        "'lr_grid=[...]') before reading the arms as tuned."
+    ]
+    assert progress.seconds_left == pytest.approx(5 * 29)  # five pending runs at the finished ones' 29 s each
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    for table in progress_tables(progress):
+        console.print(table)
+    text = console.export_text()
+    assert "5 of 10 runs finished; left: about 2 min of training and evaluation" in text
+    assert "ran on not recorded (5 runs)" in text  # the fake runs record no machine
+    assert _cells(text, "tuning grpo lr 1e-05 seed 7") == ["2", "0.9", "1.8", "25.0", "30.0", "0.5"]
+    assert _cells(text, "pods seed 1") == ["pending", "", "", "", "", ""]
+    assert _cells(text, "pods") == ["17.5", "40.0", "55.0", "4e-05"]
+    assert _cells(text, "grpo") == ["25.0", "47.5", "", "2e-05 (2 of 3 rates)"]
+
+    shown = runner.invoke(app, ["compare", "--status", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert "5 of 10 runs finished" in " ".join(shown.output.split())
+    assert "warning: pods: its chosen learning rate 4e-05 is the highest" in " ".join(shown.output.split())
+    mixed = runner.invoke(app, ["compare", "--status", str(out), "--arm", "grpo"])
+    assert mixed.exit_code != 0 and "--status only reads a comparison folder: give it alone." in mixed.output
+
+
+def _cells(text: str, label: str) -> list[str]:
+    """The other cells of the table row whose first cell is `label`."""
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│┃").split("│")]
+        if cells[0] == label:
+            return cells[1:]
+    raise AssertionError(f"no row {label!r} in:\n{text}")

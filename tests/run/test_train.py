@@ -9,6 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from pods_rl.cli import app
+from pods_rl.machine import describe_machine, machine_label
 
 runner = CliRunner()
 
@@ -41,6 +42,7 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
         assert key in summary
     assert summary["steps"] == 4
     assert 0 <= summary["base_accuracy"] <= 1 and summary["train_seconds"] > 0
+    assert summary["machine"] == describe_machine()  # seconds are only comparable on one machine
     steps = records(out, "step")
     evals = records(out, "eval")
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
@@ -52,7 +54,8 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
     assert (out / "final" / "model.safetensors").exists()
     assert (out / "checkpoint-4" / "model.safetensors").exists()
     assert (out / "accuracy.png").stat().st_size > 1000
-    assert "final accuracy" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "final accuracy" in report and f"| machine | {machine_label(describe_machine())} |" in report
     assert list((out / "tensorboard").iterdir())
 
 

@@ -28,7 +28,14 @@ from rich.table import Table
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.compare_report import results_tables, rule_text, write_comparison
 from pods_rl.run.compare_summary import choose_learning_rates, grid_edge_warnings, summarize
-from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
+from pods_rl.run.folders import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    check_model_name,
+    check_output_dir,
+    replace_output_dir,
+)
 from pods_rl.run.settings import RunSettings, changed_values, merge, read_yaml
 
 COMPARE_FILE = "compare.yaml"
@@ -290,20 +297,19 @@ def run_comparison(
     learning_rates = None
     if settings.lr_grid:
         # Tuning first, on seeds the reported runs never use: every arm gets the same grid and the same seeds.
-        tuning = {
-            (name, rate, seed): (_tuning_dir(output_dir, name, rate, seed), settings.arm_settings(name, seed, rate))
-            for seed in settings.tuning_seeds
-            for name in settings.arms
-            for rate in settings.lr_grid
-        }
+        tuning = tuning_runs(settings, output_dir)
         _train_runs(
-            {f"tuning {name} lr {rate:g} seed {seed}": run for (name, rate, seed), run in tuning.items()}, console
+            {
+                tuning_label(name, rate, seed): (run_dir, settings.arm_settings(name, seed, rate))
+                for (name, rate, seed), run_dir in tuning.items()
+            },
+            console,
         )
         learning_rates = choose_learning_rates(
             settings,
             {
                 name: {
-                    rate: [load_run(tuning[name, rate, seed][0]) for seed in settings.tuning_seeds]
+                    rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds]
                     for rate in settings.lr_grid
                 }
                 for name in settings.arms
@@ -314,18 +320,15 @@ def run_comparison(
     chosen = {
         name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms
     }
-    # Seed by seed, every arm in turn: slow drifts in machine load (shared cores) hit every arm alike.
+    reported = reported_runs(settings, output_dir)
     _train_runs(
         {
-            f"{name} seed {seed}": (output_dir / name / f"seed-{seed}", settings.arm_settings(name, seed, chosen[name]))
-            for seed in settings.seeds
-            for name in settings.arms
+            f"{name} seed {seed}": (run_dir, settings.arm_settings(name, seed, chosen[name]))
+            for (name, seed), run_dir in reported.items()
         },
         console,
     )
-    records = {
-        name: [load_run(output_dir / name / f"seed-{seed}") for seed in settings.seeds] for name in settings.arms
-    }
+    records = {name: [load_run(reported[name, seed]) for seed in settings.seeds] for name in settings.arms}
     comparison = summarize(settings, records, learning_rates)
     write_comparison(output_dir, comparison)
     for table in results_tables(comparison):
@@ -335,8 +338,25 @@ def run_comparison(
     return comparison
 
 
-def _tuning_dir(output_dir: Path, name: str, rate: float, seed: int) -> Path:
-    return output_dir / "tuning" / name / f"lr-{rate:g}" / f"seed-{seed}"
+def tuning_runs(settings: CompareSettings, output_dir: Path) -> dict[tuple[str, float, int], Path]:
+    """The folder of each tuning run, {(arm, rate, tuning seed): folder}, in the order they train (none without a
+    grid)."""
+    return {
+        (name, rate, seed): Path(output_dir) / "tuning" / name / f"lr-{rate:g}" / f"seed-{seed}"
+        for seed in settings.tuning_seeds or []
+        for name in settings.arms
+        for rate in settings.lr_grid or []
+    }
+
+
+def tuning_label(name: str, rate: float, seed: int) -> str:
+    return f"tuning {name} lr {rate:g} seed {seed}"
+
+
+def reported_runs(settings: CompareSettings, output_dir: Path) -> dict[tuple[str, int], Path]:
+    """The folder of each reported run, {(arm, seed): folder}, in the order they train: seed by seed, every arm in
+    turn, so that slow drifts in machine load (shared cores) hit every arm alike."""
+    return {(name, seed): Path(output_dir) / name / f"seed-{seed}" for seed in settings.seeds for name in settings.arms}
 
 
 def _train_runs(runs: dict[str, tuple[Path, RunSettings]], console: Console) -> None:
@@ -349,7 +369,7 @@ def _train_runs(runs: dict[str, tuple[Path, RunSettings]], console: Console) -> 
         start = time.perf_counter()
         console.print(f"{label}: training ... (log: {run_dir}.log)")
         _train_in_subprocess(planned, run_dir)
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
         console.print(
             f"{label}: {summary['steps']} steps, peak accuracy {summary['peak_accuracy']:.3f}, "
             f"{time.perf_counter() - start:.0f} s wall"
@@ -393,8 +413,13 @@ def load_compare(output_dir: Path) -> CompareSettings:
     return CompareSettings.from_dict(read_yaml(path), where=str(path))
 
 
+def is_finished(run_dir: Path) -> bool:
+    """Whether `pods train` ended this run (it writes summary.json last)."""
+    return (run_dir / SUMMARY_FILE).exists()
+
+
 def _finished(run_dir: Path, planned: RunSettings) -> bool:
-    if not (run_dir / "summary.json").exists():
+    if not is_finished(run_dir):
         return False
     changed = _changed_settings(run_dir, planned)
     if changed:
@@ -420,7 +445,7 @@ def _train_in_subprocess(settings: RunSettings, run_dir: Path) -> None:
     log = run_dir.with_suffix(".log")
     with log.open("w") as handle:
         result = subprocess.run([*command, "--overwrite"], stdout=handle, stderr=subprocess.STDOUT, check=False)
-    if result.returncode != 0 or not (run_dir / "summary.json").exists():
+    if result.returncode != 0 or not (run_dir / SUMMARY_FILE).exists():
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise ArmFailed(f"{' '.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}")
     changed = _changed_settings(run_dir, settings)
@@ -431,7 +456,9 @@ def _train_in_subprocess(settings: RunSettings, run_dir: Path) -> None:
         )
 
 
-def load_run(run_dir: Path) -> dict[str, list[dict]]:
-    """A finished run's step and eval records from its metrics.jsonl."""
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """A finished run's step and eval records from its metrics.jsonl, and the machine it ran on (None for a run
+    that predates that record)."""
     records = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if line]
-    return {kind: [r for r in records if r["type"] == kind] for kind in ("step", "eval")}
+    machine = json.loads((run_dir / SUMMARY_FILE).read_text()).get("machine")
+    return {**{kind: [r for r in records if r["type"] == kind] for kind in ("step", "eval")}, "machine": machine}

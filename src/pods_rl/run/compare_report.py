@@ -265,6 +265,7 @@ Pool n = {settings["n"]}, trained m = {settings["m"]}, {settings["prompts_per_st
 seeds {settings["seeds"]}, {"no" if budget is None else f"{budget:g} s"} training-time budget per run, \
 {schedule}; measure: `{comparison["metric"]}`.
 {target_text(target).capitalize()}.
+Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["machines"].items())}.
 
 ## Summary
 

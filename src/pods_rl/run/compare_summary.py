@@ -7,11 +7,13 @@ Definitions (also written into comparison.json): `DEFINITIONS`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pods_rl.machine import machine_label
 from pods_rl.run.cost_model import PHASES, CostModel, when_pods_pays
 from pods_rl.run.statistics import (
     LEVEL,
@@ -31,7 +33,7 @@ COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_
 # What dynamic sampling's refills did, per step (logged by arms with `dynamic_sampling` only).
 REFILLS = ("generation_rounds", "prompts_generated", "groups_dropped_frac")
 PEAK = "the mean over seeds of each seed's highest evaluation"
-Records = dict[str, list[dict[str, list[dict]]]]  # arm -> per seed {"step": [...], "eval": [...]} from metrics.jsonl
+Records = dict[str, list[dict[str, Any]]]  # arm -> per seed {"step": [...], "eval": [...], "machine": {...} | None}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -64,7 +66,7 @@ def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[floa
     arms = {}
     for name, by_rate in tuning.items():
         scores = {
-            rate: float(np.mean([_window_accuracy(run["eval"], settings.metric) for run in runs]))
+            rate: float(np.mean([window_accuracy(run["eval"], settings.metric) for run in runs]))
             for rate, runs in by_rate.items()
         }
         chosen = min(scores, key=lambda rate: (-scores[rate], rate))
@@ -91,7 +93,8 @@ def grid_edge_warnings(learning_rates: dict[str, Any] | None) -> list[str]:
     return warnings
 
 
-def _window_accuracy(evaluations: list[dict], metric: str) -> float:
+def window_accuracy(evaluations: list[dict], metric: str) -> float:
+    """The tuning rule's score of one run: its mean accuracy from its first evaluation to its last (the end)."""
     times = [e["train_seconds"] for e in evaluations]
     return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])
 
@@ -154,6 +157,7 @@ def summarize(
         },
         "arms": arms,
         "learning_rates": learning_rates,
+        "machines": machine_counts(records),
         "summary": summary_lines(settings.baseline, arms),
         "cost_model": {
             "phases": cost_model.to_dict(),
@@ -162,6 +166,11 @@ def summarize(
         "warnings": grid_edge_warnings(learning_rates) + _warnings(settings, records, curves, target),
         "definitions": DEFINITIONS,
     }
+
+
+def machine_counts(records: Records) -> dict[str, int]:
+    """How many of the runs ran on each machine (`machine_label`)."""
+    return dict(Counter(machine_label(run.get("machine")) for runs in records.values() for run in runs))
 
 
 def _evaluation_seconds(runs: list[dict[str, list[dict]]]) -> float | None:
@@ -220,6 +229,7 @@ def _warnings(settings: CompareSettings, records: Records, curves: dict[str, lis
         warnings.append(f"The baseline arm {settings.baseline!r} was not run: no target, times or speedups.")
     if target is not None:
         warnings += _target_warnings(settings, curves, target)
+    warnings += _machine_warnings(settings, records)
     for index, seed in enumerate(settings.seeds):
         starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
         if max(starts.values()) - min(starts.values()) > 1e-9:
@@ -228,6 +238,30 @@ def _warnings(settings: CompareSettings, records: Records, curves: dict[str, lis
                 "from the same model, evaluation set or code."
             )
     return warnings
+
+
+def _machine_warnings(settings: CompareSettings, records: Records) -> list[str]:
+    """Seeds whose arms ran on different machines (their speedup divides seconds of two CPUs), else a note when the
+    seeds did (each seed's speedup holds; pooled seconds, such as seconds per step, mix CPUs)."""
+    labels = {name: [machine_label(run.get("machine")) for run in runs] for name, runs in records.items()}
+    mixed = []
+    for index, seed in enumerate(settings.seeds):
+        machines = sorted({arm_labels[index] for arm_labels in labels.values()})
+        if len(machines) > 1:
+            mixed.append(f"seed {seed} ({'; '.join(machines)})")
+    if mixed:
+        return [
+            f"The arms of {', '.join(mixed)} ran on different machines: those seeds' times and speedups compare "
+            "seconds from different CPUs. Rerun them on one machine."
+        ]
+    machines = machine_counts(records)
+    if len(machines) > 1:
+        return [
+            f"The seeds ran on {len(machines)} machines ({'; '.join(f'{m}: {k} runs' for m, k in machines.items())}); "
+            "each seed's arms share one, so per-seed speedups hold, but pooled seconds (per step, per evaluation, "
+            "the curves' time axis) mix CPUs."
+        ]
+    return []
 
 
 def _target_warnings(settings: CompareSettings, curves: dict[str, list], target: float) -> list[str]:

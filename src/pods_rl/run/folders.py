@@ -17,6 +17,7 @@ from pods_rl.run.settings import RunSettings, SettingsError, read_yaml
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"  # written last: a run folder that holds it is a finished run
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 BUILTIN_MODEL_NAMES = ("tiny", "smollm2-135m")  # pods_rl.models.BUILTIN_MODELS, without importing torch
 

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt
 
+from pods_rl.machine import machine_label
 from pods_rl.run.settings import RunSettings
 
 
@@ -53,6 +54,7 @@ def write_report(output_dir: Path, settings: RunSettings, summary: dict[str, Any
 | pool n / selected m / rule | {trainer.get("num_generations")} / {trainer.get("num_selected")} / \
 {trainer.get("selection_rule", "max_variance")} |
 | held-out examples | {summary["num_eval_examples"]} |
+| machine | {machine_label(summary.get("machine"))} |
 
 ![accuracy vs training time](accuracy.png)
 

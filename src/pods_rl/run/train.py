@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for, preset_generation
+from pods_rl.machine import describe_machine
 from pods_rl.run.display import Display
-from pods_rl.run.folders import CONFIG_FILE, METRICS_FILE, check_model_name, check_output_dir, replace_output_dir
+from pods_rl.run.folders import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    check_model_name,
+    check_output_dir,
+    replace_output_dir,
+)
 from pods_rl.run.logs import RunLogs
 from pods_rl.run.settings import RunSettings, SettingsError
 
@@ -276,7 +284,7 @@ def _train(
     summary: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
         summary = _summary(settings, monitor, trainer.state.global_step)
-        _write_atomic(output_dir / "summary.json", json.dumps(summary, indent=2))
+        _write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
         write_report(output_dir, settings, summary, monitor.evaluations)
     trainer.accelerator.wait_for_everyone()
     return summary
@@ -379,6 +387,7 @@ def _summary(settings: RunSettings, monitor: RunMonitor, steps: int) -> dict[str
         "train_seconds": monitor.train_seconds,
         "steps": steps,
         "num_eval_examples": evaluations[-1].get("num_examples"),
+        "machine": describe_machine(),  # seconds from different CPUs do not compare
     }
     if "accuracy_sampled" in evaluations[-1]:
         summary["base_accuracy_sampled"] = evaluations[0]["accuracy_sampled"]

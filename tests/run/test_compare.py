@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import pods_rl.versions
 from pods_rl.cli import app
-from pods_rl.run import compare, compare_summary
+from pods_rl.run import compare, compare_report, compare_summary
 from pods_rl.run.compare import plan_table, resolve_compare
 from pods_rl.run.compare_report import comparison_markdown, write_comparison
 from pods_rl.run.compare_summary import summarize
@@ -420,7 +420,8 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
     assert (out / "tuning" / "pods" / "lr-4e-05" / "seed-7" / "summary.json").exists()
     markdown = (out / "comparison.md").read_text()
     assert "## Learning rates, tuned on seeds [7]" in markdown
-    assert "| pods | 17.5 | 40.0 | **55.0** | 4e-05 |" in markdown
+    assert "| pods | 17.5 / 2 | 40.0 / 2 | **55.0** / 2 | 4e-05 |" in markdown
+    assert "Tuned on: grpo, pods: not recorded." in markdown  # the fake runs record no machine
 
     assert [w for w in comparison["warnings"] if "lr_grid" in w] == [
         "pods: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05', '2e-05', '4e-05'], so a higher one "
@@ -468,18 +469,52 @@ def test_resume_refuses_a_subset_of_arms(tmp_path):
     assert "drop --config, --output-dir and --arm" in result.output
 
 
-def test_grid_edge_warnings_name_arms_tuned_at_either_end():
+def test_tuning_warnings_name_arms_tuned_at_either_end():
     def rates(grid: list[float], chosen: dict[str, float]) -> dict:
-        return {"grid": grid, "arms": {name: {"chosen": rate} for name, rate in chosen.items()}}
+        return {"grid": grid, "arms": {name: {"chosen": rate, "machines": ["m"]} for name, rate in chosen.items()}}
 
-    warnings = compare_summary.grid_edge_warnings(rates([4e-5, 1e-5, 2e-5], {"a": 4e-5, "b": 2e-5, "c": 1e-5}))
+    warnings = compare_summary.tuning_warnings(rates([4e-5, 1e-5, 2e-5], {"a": 4e-5, "b": 2e-5, "c": 1e-5}))
     assert [w.split(",")[0] for w in warnings] == [
         "a: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05'",
         "c: its chosen learning rate 1e-05 is the lowest of lr_grid ['1e-05'",
     ]
     assert "so a lower one may do better" in warnings[1]
-    assert compare_summary.grid_edge_warnings(rates([1e-5], {"a": 1e-5})) == []
-    assert compare_summary.grid_edge_warnings(None) == []
+    assert compare_summary.tuning_warnings(rates([1e-5], {"a": 1e-5})) == []
+    assert compare_summary.tuning_warnings(None) == []
+
+
+def test_tuning_records_steps_and_machines_and_warns_when_arms_were_tuned_on_different_machines():
+    settings = resolve_compare(None, [{"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7, 8], "seeds": [0]}])
+
+    def tuned(machine, steps: list[int]) -> dict[float, list[dict]]:
+        """Every rate's two tuning runs, the middle rate best; the runs reach `steps` (one per seed)."""
+        accuracy = {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4}
+        by_rate = {}
+        for rate, a in accuracy.items():
+            runs = [{**_run([0, 10, 20], [0.2, a, a], 8, 4), "machine": machine} for _ in steps]
+            for run, last in zip(runs, steps, strict=True):
+                run["eval"][-1]["step"] = last
+            by_rate[rate] = runs
+        return by_rate
+
+    same = compare_summary.choose_learning_rates(settings, {"grpo": tuned(EPYC, [30, 36]), "pods": tuned(EPYC, [9, 9])})
+    epyc, xeon = "AMD EPYC (family 26 model 2), AVX-512, 2 cores", "Intel Xeon (family 6 model 143), AVX-512, 2 cores"
+    assert same["arms"]["grpo"]["steps"] == {"1e-05": 33.0, "2e-05": 33.0, "4e-05": 33.0}
+    assert same["arms"]["pods"]["machines"] == [epyc]
+    assert compare_summary.tuning_warnings(same) == []
+
+    apart = compare_summary.choose_learning_rates(
+        settings, {"grpo": tuned(EPYC, [30, 36]), "grpo-pool": tuned(EPYC, [8, 8]), "pods": tuned(XEON, [50, 52])}
+    )
+    assert {arm["chosen"] for arm in apart["arms"].values()} == {2e-5}
+    assert compare_summary.tuning_warnings(apart) == [
+        f"The tuning runs ran on different machines (grpo, grpo-pool on {epyc}; pods on {xeon}). The window is "
+        "seconds of training, so a faster CPU fits more steps into it and can move an arm's best rate (the steps "
+        "each rate reached are in the tuning table): the arms were not tuned alike."
+    ]
+    markdown = compare_report._learning_rates_markdown(apart)
+    assert "| pods | 27.5 / 51 | **50.0** / 51 | 35.0 / 51 | 2e-05 |" in markdown
+    assert f"Tuned on: grpo, grpo-pool: {epyc}; pods: {xeon}." in markdown
 
 
 def test_plan_names_each_arms_learning_rate_and_counts_the_runs():

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from pods_rl.defaults import default_run_settings
 from pods_rl.run.compare_report import results_tables, rule_text, write_comparison
-from pods_rl.run.compare_summary import choose_learning_rates, grid_edge_warnings, summarize
+from pods_rl.run.compare_summary import choose_learning_rates, summarize, tuning_warnings
 from pods_rl.run.folders import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -315,7 +315,7 @@ def run_comparison(
                 for name in settings.arms
             },
         )
-        for warning in grid_edge_warnings(learning_rates):  # before hours of reported runs at these rates
+        for warning in tuning_warnings(learning_rates):  # before hours of reported runs at these rates
             console.print(f"[bold yellow]warning:[/] {warning}")
     chosen = {
         name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms

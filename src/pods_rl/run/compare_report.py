@@ -11,7 +11,7 @@ import matplotlib
 import numpy as np
 from rich.table import Table
 
-from pods_rl.run.compare_summary import COUNTS
+from pods_rl.run.compare_summary import COUNTS, tuning_machines
 from pods_rl.run.cost_model import PHASES
 
 matplotlib.use("Agg")
@@ -317,30 +317,32 @@ def _refill_cells(refills: dict[str, float] | None) -> tuple[str, str, str]:
 
 
 def _learning_rates_markdown(learning_rates: dict[str, Any] | None) -> str:
-    """The tuning's grid results and each arm's chosen rate; empty when the rates were not tuned."""
+    """The tuning's grid results (window mean and steps reached), each arm's chosen rate and the machines it was
+    tuned on; empty when the rates were not tuned."""
     if learning_rates is None:
         return ""
     grid = [f"{rate:g}" for rate in learning_rates["grid"]]
+
+    def cell(arm: dict[str, Any], rate: str) -> str:
+        accuracy = f"{100 * arm['mean_accuracy'][rate]:.1f}"
+        if rate == f"{arm['chosen']:g}":
+            accuracy = f"**{accuracy}**"
+        return f"{accuracy} / {arm['steps'][rate]:g}"
+
     rows = [
-        (
-            name,
-            *(
-                f"**{100 * arm['mean_accuracy'][rate]:.1f}**"
-                if rate == f"{arm['chosen']:g}"
-                else f"{100 * arm['mean_accuracy'][rate]:.1f}"
-                for rate in grid
-            ),
-            f"{arm['chosen']:g}",
-        )
+        (name, *(cell(arm, rate) for rate in grid), f"{arm['chosen']:g}")
         for name, arm in learning_rates["arms"].items()
     ]
     table = _markdown_table(("arm", *(f"lr {rate}" for rate in grid), "chosen"), rows)
+    machines = "; ".join(f"{', '.join(names)}: {labels}" for labels, names in tuning_machines(learning_rates).items())
     return f"""## Learning rates, tuned on seeds {learning_rates["tuning_seeds"]}
 
-Mean accuracy over the window (%) of each rate; the rule: {learning_rates["rule"]}. The reported seeds above
-ran at each arm's chosen rate and were never used to choose it.
+Each cell: mean accuracy over the window (%) / steps reached in it (mean over the tuning seeds); the rule:
+{learning_rates["rule"]}. The reported seeds above ran at each arm's chosen rate and were never used to choose it.
 
 {table}
+
+Tuned on: {machines}.
 
 """
 

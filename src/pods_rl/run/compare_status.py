@@ -25,7 +25,7 @@ from pods_rl.run.compare import (
     tuning_label,
     tuning_runs,
 )
-from pods_rl.run.compare_summary import choose_learning_rates, grid_edge_warnings, window_accuracy
+from pods_rl.run.compare_summary import choose_learning_rates, tuning_warnings, window_accuracy
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class ComparisonProgress:
     runs: list[RunProgress]  # tuning runs first, then the reported ones, in the order they train
     best_rates: dict[str, dict] | None  # choose_learning_rates over the rates whose tuning runs all finished
     rates_tuned: dict[str, int]  # per arm, how many rates of the grid that is
-    warnings: list[str]  # grid_edge_warnings of the arms whose every rate finished: widen before reporting
+    warnings: list[str]  # tuning_warnings of the arms whose every rate finished: settle them before reporting
 
     @property
     def seconds_left(self) -> float | None:
@@ -98,7 +98,7 @@ def comparison_progress(output_dir: Path) -> ComparisonProgress:
     rates_tuned = {name: len(by_rate) for name, by_rate in complete.items()}
     best = choose_learning_rates(settings, {name: by_rate for name, by_rate in complete.items() if by_rate})
     final = {name: arm for name, arm in best["arms"].items() if rates_tuned[name] == len(settings.lr_grid)}
-    return ComparisonProgress(settings, runs, best["arms"], rates_tuned, grid_edge_warnings({**best, "arms": final}))
+    return ComparisonProgress(settings, runs, best["arms"], rates_tuned, tuning_warnings({**best, "arms": final}))
 
 
 def _seconds(value: float | None) -> str:

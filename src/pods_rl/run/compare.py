@@ -323,7 +323,7 @@ def run_comparison(
     reported = reported_runs(settings, output_dir)
     _train_runs(
         {
-            f"{name} seed {seed}": (run_dir, settings.arm_settings(name, seed, chosen[name]))
+            reported_label(name, seed): (run_dir, settings.arm_settings(name, seed, chosen[name]))
             for (name, seed), run_dir in reported.items()
         },
         console,
@@ -351,6 +351,10 @@ def tuning_runs(settings: CompareSettings, output_dir: Path) -> dict[tuple[str, 
 
 def tuning_label(name: str, rate: float, seed: int) -> str:
     return f"tuning {name} lr {rate:g} seed {seed}"
+
+
+def reported_label(name: str, seed: int) -> str:
+    return f"{name} seed {seed}"
 
 
 def reported_runs(settings: CompareSettings, output_dir: Path) -> dict[tuple[str, int], Path]:
@@ -445,7 +449,7 @@ def _train_in_subprocess(settings: RunSettings, run_dir: Path) -> None:
     log = run_dir.with_suffix(".log")
     with log.open("w") as handle:
         result = subprocess.run([*command, "--overwrite"], stdout=handle, stderr=subprocess.STDOUT, check=False)
-    if result.returncode != 0 or not (run_dir / SUMMARY_FILE).exists():
+    if result.returncode != 0 or not is_finished(run_dir):
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise ArmFailed(f"{' '.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}")
     changed = _changed_settings(run_dir, settings)

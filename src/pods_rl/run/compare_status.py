@@ -21,6 +21,7 @@ from pods_rl.run.compare import (
     is_finished,
     load_compare,
     load_run,
+    reported_label,
     reported_runs,
     tuning_label,
     tuning_runs,
@@ -82,7 +83,7 @@ def comparison_progress(output_dir: Path) -> ComparisonProgress:
     tuning = tuning_runs(settings, output_dir)
     runs = [run_progress(tuning_label(*key), run_dir, metric) for key, run_dir in tuning.items()]
     runs += [
-        run_progress(f"{name} seed {seed}", d, metric)
+        run_progress(reported_label(name, seed), d, metric)
         for (name, seed), d in reported_runs(settings, output_dir).items()
     ]
     if not settings.lr_grid:

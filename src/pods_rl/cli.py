@@ -264,6 +264,13 @@ def compare(
             help="Show what the comparison in this folder has finished and what is left (trains nothing), then stop."
         ),
     ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write comparison.md/.json/.png in this folder from the seeds whose every arm finished (trains "
+            "nothing), then stop: an interim report, which says so, while seeds are left."
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing comparison.")] = False,
     arm: Annotated[list[str] | None, typer.Option("--arm", help="Run only this arm (repeatable).")] = None,
     seed: Annotated[list[int] | None, typer.Option("--seed", help="Seeds to run (repeatable).")] = None,
@@ -290,6 +297,7 @@ def compare(
         extend_on_resume,
         load_compare,
         plan_table,
+        report_comparison,
         resolve_compare,
     )
     from pods_rl.run.compare import run_comparison as run_arms
@@ -298,9 +306,15 @@ def compare(
         named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
         overrides = [{key: value} for key, value in named.items() if value is not None]
         overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
+        alone = [flag for flag, value in (("--status", status), ("--report", report)) if value is not None]
+        if alone and (overrides or config or output_dir or resume or arm or dry_run or overwrite or len(alone) > 1):
+            raise ValueError(f"{alone[0]} takes a comparison folder and nothing else: give it alone.")
+        if report is not None:
+            comparison = report_comparison(report, console=console)
+            console.print(f"[bold green]written:[/] {report}/comparison.md")
+            typer.echo("\n".join(comparison["summary"]))
+            return
         if status is not None:
-            if overrides or config or output_dir or resume or arm or dry_run or overwrite:
-                raise ValueError("--status only reads a comparison folder: give it alone.")
             from pods_rl.run.compare_status import comparison_progress, progress_tables
 
             progress = comparison_progress(status)

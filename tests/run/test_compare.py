@@ -603,7 +603,50 @@ def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_p
     assert "5 of 10 runs finished" in " ".join(shown.output.split())
     assert "warning: pods: its chosen learning rate 4e-05 is the highest" in " ".join(shown.output.split())
     mixed = runner.invoke(app, ["compare", "--status", str(out), "--arm", "grpo"])
-    assert mixed.exit_code != 0 and "--status only reads a comparison folder: give it alone." in mixed.output
+    assert mixed.exit_code != 0
+    assert "--status takes a comparison folder and nothing else: give it alone." in mixed.output
+
+
+def test_report_writes_an_interim_comparison_of_the_seeds_whose_every_arm_finished(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    grid = {"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1, 2], "n": 4, "m": 2, "prompts_per_step": 2}
+    out = tmp_path / "cmp"
+    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    full = json.loads((out / "comparison.json").read_text())
+    quiet = Console(quiet=True)
+    # With every seed finished, --report writes what the run wrote.
+    compare.report_comparison(out, console=quiet)
+    assert json.loads((out / "comparison.json").read_text()) == full
+    assert full["seeds_left"] == [] and not full["warnings"][0].startswith("Interim")
+
+    (out / "pods" / "seed-1" / "summary.json").unlink()  # seed 1's pods run is unfinished: seeds 0 and 2 report
+    interim = compare.report_comparison(out, console=quiet)
+    assert interim["settings"]["seeds"] == [0, 2] and interim["seeds_left"] == [1]
+    assert interim["arms"]["pods"]["runs"] == ["pods/seed-0", "pods/seed-2"]
+    assert len(interim["arms"]["pods"]["vs_baseline"]["speedup_per_seed"]) == 2
+    assert interim["warnings"][0] == (
+        "Interim report: 2 of the 3 planned seeds finished every arm (seeds 0, 2); seed 1 is left, and every figure "
+        "across seeds may move when they have run."
+    )
+    assert interim["learning_rates"] == full["learning_rates"]
+    markdown = (out / "comparison.md").read_text()
+    assert markdown.startswith("# Comparison: tiny on arithmetic (interim: 2 of 3 seeds)\n")
+    assert "seeds [0, 2]" in markdown
+
+    shown = runner.invoke(app, ["compare", "--report", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[-1] == interim["summary"][0]
+    assert interim["summary"][0].startswith("pods vs grpo: ") and "0 of 2 seeds faster; 2 censored" in shown.output
+    mixed = runner.invoke(app, ["compare", "--report", str(out), "--status", str(out)])
+    assert mixed.exit_code != 0 and "--status takes a comparison folder and nothing else" in mixed.output
+
+    for seed in (0, 2):
+        (out / "grpo" / f"seed-{seed}" / "summary.json").unlink()
+    with pytest.raises(ValueError, match=r"no seed has finished every arm yet; `pods compare --resume"):
+        compare.report_comparison(out, console=quiet)
+    (out / "tuning" / "grpo" / "lr-2e-05" / "seed-7" / "summary.json").unlink()
+    with pytest.raises(ValueError, match=r"1 of 4 tuning runs have not finished, so the learning rates are not"):
+        compare.report_comparison(out, console=quiet)
 
 
 def _cells(text: str, label: str) -> list[str]:

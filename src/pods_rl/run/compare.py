@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -305,31 +305,84 @@ def run_comparison(
             },
             console,
         )
-        learning_rates = choose_learning_rates(
-            settings,
-            {
-                name: {
-                    rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds]
-                    for rate in settings.lr_grid
-                }
-                for name in settings.arms
-            },
-        )
+        learning_rates = _choose_learning_rates(settings, tuning)
         for warning in tuning_warnings(learning_rates):  # before hours of reported runs at these rates
             console.print(f"[bold yellow]warning:[/] {warning}")
-    chosen = {
-        name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms
-    }
-    reported = reported_runs(settings, output_dir)
     _train_runs(
         {
-            reported_label(name, seed): (run_dir, settings.arm_settings(name, seed, chosen[name]))
-            for (name, seed), run_dir in reported.items()
+            reported_label(name, seed): (run_dir, planned)
+            for (name, seed), (run_dir, planned) in _planned_reported_runs(settings, output_dir, learning_rates).items()
         },
         console,
     )
-    records = {name: [load_run(reported[name, seed]) for seed in settings.seeds] for name in settings.arms}
-    comparison = summarize(settings, records, learning_rates)
+    return _write_report(settings, output_dir, learning_rates, settings.seeds, console)
+
+
+def report_comparison(output_dir: Path, console: Console | None = None) -> dict[str, Any]:
+    """Write the comparison files from the runs `output_dir` has finished, training nothing: the seeds whose every
+    arm finished. While seeds are left it is an interim report, and says so; with all of them it is the report
+    `run_comparison` writes. Raises ValueError while a tuning run or every seed is unfinished."""
+    console = console or Console(stderr=True)
+    settings = load_compare(output_dir)
+    learning_rates = None
+    if settings.lr_grid:
+        tuning = tuning_runs(settings, output_dir)
+        left = sum(not is_finished(run_dir) for run_dir in tuning.values())
+        if left:
+            raise ValueError(
+                f"--report {output_dir}: {left} of {len(tuning)} tuning runs have not finished, so the learning "
+                f"rates are not chosen yet; `pods compare --resume {output_dir}` trains them."
+            )
+        learning_rates = _choose_learning_rates(settings, tuning)
+    planned = _planned_reported_runs(settings, output_dir, learning_rates)
+    finished = {key for key, (run_dir, settings_planned) in planned.items() if _finished(run_dir, settings_planned)}
+    seeds = [seed for seed in settings.seeds if all((name, seed) in finished for name in settings.arms)]
+    if not seeds:
+        raise ValueError(
+            f"--report {output_dir}: no seed has finished every arm yet; `pods compare --resume {output_dir}` "
+            "trains them."
+        )
+    return _write_report(settings, output_dir, learning_rates, seeds, console)
+
+
+def _choose_learning_rates(settings: CompareSettings, tuning: dict[tuple[str, float, int], Path]) -> dict[str, Any]:
+    return choose_learning_rates(
+        settings,
+        {
+            name: {
+                rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds or []]
+                for rate in settings.lr_grid or []
+            }
+            for name in settings.arms
+        },
+    )
+
+
+def _planned_reported_runs(
+    settings: CompareSettings, output_dir: Path, learning_rates: dict[str, Any] | None
+) -> dict[tuple[str, int], tuple[Path, RunSettings]]:
+    """Each reported run's folder and settings, at its arm's chosen learning rate when the rates were tuned."""
+    chosen = {
+        name: None if learning_rates is None else learning_rates["arms"][name]["chosen"] for name in settings.arms
+    }
+    return {
+        (name, seed): (run_dir, settings.arm_settings(name, seed, chosen[name]))
+        for (name, seed), run_dir in reported_runs(settings, output_dir).items()
+    }
+
+
+def _write_report(
+    settings: CompareSettings,
+    output_dir: Path,
+    learning_rates: dict[str, Any] | None,
+    seeds: list[int],
+    console: Console,
+) -> dict[str, Any]:
+    """Summarize the reported runs of `seeds` (all of `settings.seeds`, or the finished ones for an interim
+    report), write comparison.json/.md/.png and print the tables."""
+    reported = reported_runs(settings, output_dir)
+    records = {name: [load_run(reported[name, seed]) for seed in seeds] for name in settings.arms}
+    comparison = summarize(replace(settings, seeds=seeds), records, learning_rates, planned_seeds=settings.seeds)
     write_comparison(output_dir, comparison)
     for table in results_tables(comparison):
         console.print(table)

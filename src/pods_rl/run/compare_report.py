@@ -259,7 +259,7 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
         "Δ mean accuracy (points, 95% interval)",
         "steps",
     )
-    return f"""# Comparison: {Path(settings["model"]).name} on {settings["task"]}
+    return f"""# Comparison: {Path(settings["model"]).name} on {settings["task"]}{_interim_text(comparison)}
 
 Pool n = {settings["n"]}, trained m = {settings["m"]}, {settings["prompts_per_step"]} prompt(s) per step, \
 seeds {settings["seeds"]}, {"no" if budget is None else f"{budget:g} s"} training-time budget per run, \
@@ -303,6 +303,12 @@ When PODS pays:
 
 {definitions}
 """
+
+
+def _interim_text(comparison: dict[str, Any]) -> str:
+    """The title's suffix "(interim: k of K seeds)" for a report of the finished seeds while others are left."""
+    seeds, seeds_left = comparison["settings"]["seeds"], comparison["seeds_left"]
+    return f" (interim: {len(seeds)} of {len(seeds) + len(seeds_left)} seeds)" if seeds_left else ""
 
 
 def _refill_cells(refills: dict[str, float] | None) -> tuple[str, str, str]:
@@ -377,8 +383,8 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
     curves.set_xlabel("training time (s, evaluation excluded)")
     curves.set_ylabel(f"held-out {metric} (%)")
     curves.set_title(
-        f"{Path(comparison['settings']['model']).name} on {comparison['settings']['task']}: seeds thin, mean bold, "
-        "| = a seed's crossing",
+        f"{Path(comparison['settings']['model']).name} on {comparison['settings']['task']}{_interim_text(comparison)}"
+        ": seeds thin, mean bold, | = a seed's crossing",
         fontsize="medium",
     )
     curves.grid(alpha=0.3)

@@ -126,10 +126,15 @@ def window_accuracy(evaluations: list[dict], metric: str) -> float:
 
 
 def summarize(
-    settings: CompareSettings, records: Records, learning_rates: dict[str, Any] | None = None
+    settings: CompareSettings,
+    records: Records,
+    learning_rates: dict[str, Any] | None = None,
+    *,
+    planned_seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """The comparison of `records` run with `settings`: everything comparison.json holds. `learning_rates`: the
-    tuning's choice (`choose_learning_rates`), when the arms' rates were tuned."""
+    tuning's choice (`choose_learning_rates`), when the arms' rates were tuned. `planned_seeds`: the comparison's
+    seeds when `records` hold only the finished ones (`settings.seeds`), for an interim report that says so."""
     metric = settings.metric
     curves = {
         name: [([e["train_seconds"] for e in run["eval"]], [e[metric] for e in run["eval"]]) for run in runs]
@@ -171,6 +176,7 @@ def summarize(
             "totals": {c: float(np.mean([sum(s[f"pods/{c}"] for s in run["step"]) for run in runs])) for c in COUNTS},
             "curve": band(curves[name]),
         }
+    seeds_left = [seed for seed in planned_seeds or [] if seed not in settings.seeds]
     return {
         "settings": settings.to_dict(),
         "metric": metric,
@@ -189,9 +195,26 @@ def summarize(
             "phases": cost_model.to_dict(),
             "when_pods_pays": when_pods_pays(cost_model, settings.n, settings.m, settings.prompts_per_step),
         },
-        "warnings": tuning_warnings(learning_rates) + _warnings(settings, records, curves, target),
+        "seeds_left": seeds_left,
+        "warnings": _interim_warnings(settings.seeds, seeds_left)
+        + tuning_warnings(learning_rates)
+        + _warnings(settings, records, curves, target),
         "definitions": DEFINITIONS,
     }
+
+
+def _interim_warnings(seeds: list[int], seeds_left: list[int]) -> list[str]:
+    if not seeds_left:
+        return []
+    return [
+        f"Interim report: {len(seeds)} of the {len(seeds) + len(seeds_left)} planned seeds finished every arm "
+        f"({_seed_list(seeds)}); {_seed_list(seeds_left)} {'is' if len(seeds_left) == 1 else 'are'} left, and every "
+        "figure across seeds may move when they have run."
+    ]
+
+
+def _seed_list(seeds: list[int]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
 
 
 def machine_counts(records: Records) -> dict[str, int]:

@@ -305,7 +305,7 @@ def run_comparison(
             },
             console,
         )
-        learning_rates = _choose_learning_rates(settings, tuning)
+        learning_rates = choose_learning_rates(settings, tuning_records(settings, tuning))
         for warning in tuning_warnings(learning_rates):  # before hours of reported runs at these rates
             console.print(f"[bold yellow]warning:[/] {warning}")
     _train_runs(
@@ -333,7 +333,7 @@ def report_comparison(output_dir: Path, console: Console | None = None) -> dict[
                 f"--report {output_dir}: {left} of {len(tuning)} tuning runs have not finished, so the learning "
                 f"rates are not chosen yet; `pods compare --resume {output_dir}` trains them."
             )
-        learning_rates = _choose_learning_rates(settings, tuning)
+        learning_rates = choose_learning_rates(settings, tuning_records(settings, tuning))
     planned = _planned_reported_runs(settings, output_dir, learning_rates)
     finished = {key for key, (run_dir, settings_planned) in planned.items() if _finished(run_dir, settings_planned)}
     seeds = [seed for seed in settings.seeds if all((name, seed) in finished for name in settings.arms)]
@@ -345,17 +345,19 @@ def report_comparison(output_dir: Path, console: Console | None = None) -> dict[
     return _write_report(settings, output_dir, learning_rates, seeds, console)
 
 
-def _choose_learning_rates(settings: CompareSettings, tuning: dict[tuple[str, float, int], Path]) -> dict[str, Any]:
-    return choose_learning_rates(
-        settings,
-        {
-            name: {
-                rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds or []]
-                for rate in settings.lr_grid or []
-            }
-            for name in settings.arms
-        },
-    )
+def tuning_records(
+    settings: CompareSettings, tuning: dict[tuple[str, float, int], Path]
+) -> dict[str, dict[float, list[dict[str, Any]]]]:
+    """Each arm's tuning records, {arm: {rate: per-seed records}}, of the rates whose every tuning seed finished
+    (every rate, once the tuning has run): what `choose_learning_rates` chooses from."""
+    return {
+        name: {
+            rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds or []]
+            for rate in settings.lr_grid or []
+            if all(is_finished(tuning[name, rate, seed]) for seed in settings.tuning_seeds or [])
+        }
+        for name in settings.arms
+    }
 
 
 def _planned_reported_runs(

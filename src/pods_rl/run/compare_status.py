@@ -24,6 +24,7 @@ from pods_rl.run.compare import (
     reported_label,
     reported_runs,
     tuning_label,
+    tuning_records,
     tuning_runs,
 )
 from pods_rl.run.compare_summary import choose_learning_rates, tuning_warnings, window_accuracy
@@ -88,14 +89,7 @@ def comparison_progress(output_dir: Path) -> ComparisonProgress:
     ]
     if not settings.lr_grid:
         return ComparisonProgress(settings, runs, None, {}, [])
-    complete = {
-        name: {
-            rate: [load_run(tuning[name, rate, seed]) for seed in settings.tuning_seeds]
-            for rate in settings.lr_grid
-            if all(is_finished(tuning[name, rate, seed]) for seed in settings.tuning_seeds)
-        }
-        for name in settings.arms
-    }
+    complete = tuning_records(settings, tuning)
     rates_tuned = {name: len(by_rate) for name, by_rate in complete.items()}
     best = choose_learning_rates(settings, {name: by_rate for name, by_rate in complete.items() if by_rate})
     final = {name: arm for name, arm in best["arms"].items() if rates_tuned[name] == len(settings.lr_grid)}

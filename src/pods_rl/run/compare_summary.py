@@ -100,8 +100,8 @@ def tuning_warnings(learning_rates: dict[str, Any] | None) -> list[str]:
                 f"so a {beyond} one may do better; widen the grid for every arm and resume (pods compare --resume "
                 "<folder> --set 'lr_grid=[...]') before reading the arms as tuned."
             )
-    by_machines = tuning_machines(learning_rates)
     if len({label for arm in learning_rates["arms"].values() for label in arm["machines"]}) > 1:
+        by_machines = tuning_machines(learning_rates)
         where = "; ".join(f"{', '.join(names)} on {labels}" for labels, names in by_machines.items())
         warnings.append(
             f"The tuning runs ran on different machines ({where}). The window is seconds of training, so a faster "

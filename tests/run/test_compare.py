@@ -144,8 +144,8 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert pods["peak_accuracy"] == {"mean": 0.7, "std": 0.0, "min": 0.7, "max": 0.7, "per_seed": [0.7, 0.7]}
     assert grpo["peak_accuracy"]["std"] == pytest.approx(0.0707107, rel=1e-5)
     warnings = " ".join(comparison["warnings"])
-    assert "grpo, seed 1 (the baseline) reaches the target only at its last evaluation (30 s)" in warnings
-    assert "pods, seed 0 crosses the target between evaluations at 10 and 20 s" in warnings
+    assert "grpo, seed 1 (the baseline) reaches the target only at its last evaluation (30.0 s)" in warnings
+    assert "pods, seed 0 crosses the target between evaluations at 10.0 and 20.0 s" in warnings
     assert "grpo-pool: 2 of 2 seed(s) never reached the target" in warnings
     assert comparison["summary"][1].startswith("pods vs grpo: 1.37x (95% interval ")
     assert "1 of 2 seeds faster; 1 censored for the baseline: a lower bound" in comparison["summary"][1]

@@ -391,6 +391,14 @@ def test_resume_of_a_folder_without_a_run(no_model_loading, tmp_path):
     assert "no run there (config.yaml is missing)" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("flag", ["--resume", "--report", "--status"])
+def test_a_folder_without_a_comparison_is_named_with_the_flag_that_gave_it(no_model_loading, tmp_path, flag):
+    result = runner.invoke(app, ["compare", flag, str(tmp_path)])
+    assert result.exit_code == 2
+    expected = f"{flag} {tmp_path}: no comparison there (compare.yaml is missing)."
+    assert expected in " ".join(result.output.split())
+
+
 def test_failing_reward_names_function_and_sample_after_a_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
     """A reward function that raises during step 2: the error names it and the sample; checkpoint-1 is saved."""
 

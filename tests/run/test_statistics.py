@@ -142,15 +142,15 @@ def test_resolution_warnings():
     ]
     warnings = resolution_warnings("pods", [0, 1, 2, 3], arm, 0.6, baseline=False)
     assert len(warnings) == 2
-    assert warnings[0].startswith("pods, seed 0 reaches the target at its first evaluation (10 s)")
-    assert warnings[1].startswith("pods, seed 1 crosses the target between evaluations at 30 and 40 s")
+    assert warnings[0].startswith("pods, seed 0 reaches the target at its first evaluation (10.0 s)")
+    assert warnings[1].startswith("pods, seed 1 crosses the target between evaluations at 30.0 and 40.0 s")
     last = resolution_warnings("grpo", [5], [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=True)
-    assert len(last) == 1 and "only at its last evaluation (30 s)" in last[0]
+    assert len(last) == 1 and "only at its last evaluation (30.0 s)" in last[0]
     assert resolution_warnings("grpo", [5], [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=False)[0].startswith(
         "grpo, seed 5 crosses"  # the same run as an arm: the bracket [20, 30] is wider than 26.7 / 4
     )
     assert resolution_warnings("x", [0], [(TIMES, [0.9, 0.9, 0.9, 0.9])], 0.6, baseline=False)[0].startswith(
-        "x, seed 0 reaches the target at its first evaluation (0 s)"
+        "x, seed 0 reaches the target at its first evaluation (0.0 s)"
     )
 
 

@@ -323,7 +323,7 @@ def report_comparison(output_dir: Path, console: Console | None = None) -> dict[
     arm finished. While seeds are left it is an interim report, and says so; with all of them it is the report
     `run_comparison` writes. Raises ValueError while a tuning run or every seed is unfinished."""
     console = console or Console(stderr=True)
-    settings = load_compare(output_dir)
+    settings = load_compare(output_dir, "--report")
     learning_rates = None
     if settings.lr_grid:
         tuning = tuning_runs(settings, output_dir)
@@ -464,11 +464,12 @@ def extend_on_resume(
     return updated, changes
 
 
-def load_compare(output_dir: Path) -> CompareSettings:
-    """The settings a comparison folder was started with, to finish it (`--resume`)."""
+def load_compare(output_dir: Path, option: str = "--resume") -> CompareSettings:
+    """The settings a comparison folder was started with, to finish or report it (`option` names the flag that
+    gave the folder, for the error)."""
     path = Path(output_dir) / COMPARE_FILE
     if not path.exists():
-        raise ValueError(f"--resume {output_dir}: no comparison there ({COMPARE_FILE} is missing).")
+        raise ValueError(f"{option} {output_dir}: no comparison there ({COMPARE_FILE} is missing).")
     return CompareSettings.from_dict(read_yaml(path), where=str(path))
 
 

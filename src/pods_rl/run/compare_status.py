@@ -79,7 +79,7 @@ class ComparisonProgress:
 
 
 def comparison_progress(output_dir: Path) -> ComparisonProgress:
-    settings = load_compare(output_dir)
+    settings = load_compare(output_dir, "--status")
     metric = settings.metric
     tuning = tuning_runs(settings, output_dir)
     runs = [run_progress(tuning_label(*key), run_dir, metric) for key, run_dir in tuning.items()]

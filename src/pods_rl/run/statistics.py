@@ -177,17 +177,17 @@ def resolution_warnings(
             continue
         if hit.below is None or (len(times) > 1 and hit.reached == times[1]):
             warnings.append(
-                f"{where} reaches the target at its first evaluation ({hit.reached:g} s): its time is only known "
+                f"{where} reaches the target at its first evaluation ({hit.reached:.1f} s): its time is only known "
                 "to be at most that, so a speedup over it has no upper bound; evaluate more often."
             )
         elif baseline and hit.reached == times[-1]:
             warnings.append(
-                f"{where} (the baseline) reaches the target only at its last evaluation ({hit.reached:g} s): the "
+                f"{where} (the baseline) reaches the target only at its last evaluation ({hit.reached:.1f} s): the "
                 "speedups over it rest on one evaluation; train longer."
             )
         elif hit.reached - hit.below > WIDE_BRACKET * hit.crossing:
             warnings.append(
-                f"{where} crosses the target between evaluations at {hit.below:g} and {hit.reached:g} s, a bracket "
+                f"{where} crosses the target between evaluations at {hit.below:.1f} and {hit.reached:.1f} s, a bracket "
                 f"wider than {WIDE_BRACKET:g} of the time it bounds; evaluate more often."
             )
     return warnings

@@ -355,16 +355,22 @@ def test_three_term_compare_config_runs_the_papers_sizes():
         "grpo": (4, 4, "max_variance"),
         "grpo-pool": (16, 16, "max_variance"),
         "pods": (16, 4, "max_variance"),
+        "grpo-ds": (4, 4, "max_variance"),
+        "pods-ds": (16, 4, "max_variance"),
     }
     assert settings.seeds == [0, 1, 2, 3, 4, 5] and settings.base["time_budget"] == 600
-    run = settings.arm_settings("pods", 0)
+    assert (settings.lr_grid, settings.tuning_seeds) == ([1e-5, 2e-5, 4e-5], [100])
+    run = settings.arm_settings("pods", 0, 2e-5)
     assert (run.task, run.task_options, run.eval.every_seconds, run.eval.every_steps) == (
         "arithmetic-3term",
         {},
-        30,
+        150,
         None,
     )
     assert run.trainer["per_device_train_batch_size"] == 8  # 2 prompts x m = 4
+    assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (2e-5, 0.7)
+    dynamic = {name: settings.arm_settings(name, 0).trainer.get("dynamic_sampling", False) for name in settings.arms}
+    assert dynamic == {"grpo": False, "grpo-pool": False, "pods": False, "grpo-ds": True, "pods-ds": True}
 
 
 def test_budget_compare_config_runs_equal_steps_with_the_new_options():

@@ -368,7 +368,7 @@ def test_three_term_compare_config_runs_the_papers_sizes():
         None,
     )
     assert run.trainer["per_device_train_batch_size"] == 8  # 2 prompts x m = 4
-    assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (2e-5, 0.7)
+    assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (2e-5, 0.5)
     dynamic = {name: settings.arm_settings(name, 0).trainer.get("dynamic_sampling", False) for name in settings.arms}
     assert dynamic == {"grpo": False, "grpo-pool": False, "pods": False, "grpo-ds": True, "pods-ds": True}
 

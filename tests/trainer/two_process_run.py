@@ -55,3 +55,7 @@ record = {
     "params_sum": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
 }
 (out / f"rank{rank}.json").write_text(json.dumps(record))
+# Leave the process group before exit: without it a rank sometimes aborted at interpreter exit ("terminate called
+# without an active exception") after writing its record, failing the launch.
+trainer.accelerator.wait_for_everyone()
+trainer.accelerator.end_training()

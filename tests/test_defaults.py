@@ -85,12 +85,27 @@ def test_generation_backend_follows_the_instruction_set(flags, use_vllm, reason)
     assert generation_backend(flags) == (use_vllm, reason)
 
 
-def test_smollm2_on_three_term_sums_gets_the_same_sizes_on_the_tasks_own_split(machine):
+def test_smollm2_on_three_term_sums_gets_its_sizing_runs_setting_on_the_tasks_own_split(machine):
     machine(gpu=False)
     settings = default_run_settings("smollm2-135m", "arithmetic-3term")
     on_sums = default_run_settings("smollm2-135m", "arithmetic")
     assert settings["task_options"] == {} and preset_for("smollm2-135m", "arithmetic-3term") == "smollm2-135m"
-    assert settings == {**on_sums, "task": "arithmetic-3term", "task_options": {}}
+    three_terms = {
+        "num_generations": 16,
+        "num_selected": 4,
+        "per_device_train_batch_size": 16,
+        "learning_rate": 1e-5,
+        "temperature": 0.5,
+        "max_steps": 30,
+        "save_steps": 10,
+    }
+    assert settings == {
+        **on_sums,
+        "task": "arithmetic-3term",
+        "task_options": {},
+        "trainer": {**on_sums["trainer"], **three_terms},
+        "eval": {"every_steps": 10, "batch_size": 50},
+    }
     assert RunSettings.from_dict(settings).task_options == {}  # the task's own 800 / 200
     machine(gpu=True)
     assert default_run_settings("smollm2-135m", "arithmetic-3term") == {**GENERIC, "model": "smollm2-135m",

@@ -359,16 +359,18 @@ def test_three_term_compare_config_runs_the_papers_sizes():
         "pods-ds": (16, 4, "max_variance"),
     }
     assert settings.seeds == [0, 1, 2, 3, 4, 5] and settings.base["time_budget"] == 600
-    assert (settings.lr_grid, settings.tuning_seeds) == ([1e-5, 2e-5, 4e-5], [100])
-    run = settings.arm_settings("pods", 0, 2e-5)
+    assert (settings.lr_grid, settings.tuning_seeds) == ([5e-6, 1e-5, 2e-5], [100])
+    run = settings.arm_settings("pods", 0, 1e-5)
     assert (run.task, run.task_options, run.eval.every_seconds, run.eval.every_steps) == (
         "arithmetic-3term",
         {},
         150,
         None,
     )
-    assert run.trainer["per_device_train_batch_size"] == 8  # 2 prompts x m = 4
-    assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (2e-5, 0.5)
+    assert run.trainer["per_device_train_batch_size"] == 16  # 4 prompts x m = 4
+    assert run.eval.batch_size == 16  # evaluation waves no larger than GRPO 4/4's engine decodes at once
+    assert settings.arm_settings("grpo-pool", 0, 1e-5).trainer["per_device_train_batch_size"] == 64  # 4 x 16
+    assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (1e-5, 0.5)
     dynamic = {name: settings.arm_settings(name, 0).trainer.get("dynamic_sampling", False) for name in settings.arms}
     assert dynamic == {"grpo": False, "grpo-pool": False, "pods": False, "grpo-ds": True, "pods-ds": True}
 

@@ -275,4 +275,8 @@ def test_dry_run_of_smollm2_on_three_term_sums_names_that_preset(tmp_path, monke
     assert lines[1] == (
         "defaults: the CPU preset of smollm2-135m on arithmetic-3term (no accelerator found); your settings override it"
     )
-    assert lines[3] == "until: 50 steps; evaluation: 200 held-out examples, greedy pass@1, every 25 steps"
+    assert lines[2] == (
+        "per step: 4 prompts x n=16 = 64 rollouts of up to 64 tokens generated, m=4 per prompt = 16 rows trained; "
+        "learning rate 1e-05"
+    )
+    assert lines[3] == "until: 30 steps; evaluation: 200 held-out examples, greedy pass@1, every 10 steps"

@@ -24,3 +24,24 @@ def test_gpu_check_dry_run_reports_the_rollouts_of_both_runs() -> None:
     }
     # run, n, m, generated, trained per step: 2 prompts, m = 4, PODS pools of n = 16
     assert rows == {"GRPO": ["4", "4", "8", "8"], "PODS": ["16", "4", "32", "8"]}
+
+
+def test_machine_check_reports_compute_and_both_page_fault_costs() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "machine_check.py"), "--mib", "16", "--repeats", "2"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {
+        cells[0]: float(cells[1])
+        for line in result.stdout.splitlines()
+        if len(cells := [c.strip() for c in re.split("[│|]", line) if c.strip()]) == 2
+        and re.fullmatch(r"[\d.]+", cells[1])
+    }
+    assert set(rows) == {
+        "fp32 matmul 2048 (GFLOP/s)",
+        "allocate, touch, free: us a page (glibc's defaults)",
+        "allocate, touch, free: us a page (freed memory kept)",
+    }
+    assert all(value > 0 for value in rows.values())

@@ -1,4 +1,5 @@
-"""The machine a run records: CPU name, family, model and instruction set from /proc/cpuinfo, cores, accelerator."""
+"""The machine a run records: CPU name, family, model and instruction set from /proc/cpuinfo, cores, accelerator,
+whether freed memory is kept."""
 
 import os
 
@@ -40,7 +41,12 @@ def test_describe_machine_reads_the_first_processor(monkeypatch, tmp_path):
         "instruction_set": "AVX-512",
         "cores": len(os.sched_getaffinity(0)),
         "accelerator": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "freed_memory_kept": False,  # pytest was not started by `pods train`
     }
     assert machine_label(machine) == f"AMD EPYC (family 26 model 2), AVX-512, {machine['cores']} cores"
     assert machine_label({**machine, "accelerator": "NVIDIA H200"}).endswith("cores, NVIDIA H200")
+    kept = {**machine, "freed_memory_kept": True}  # a run's seconds on a VM depend on it: runs must not mix
+    assert machine_label(kept) == f"AMD EPYC (family 26 model 2), AVX-512, {machine['cores']} cores, freed memory kept"
+    older = {k: v for k, v in machine.items() if k != "freed_memory_kept"}  # recorded before the key existed
+    assert machine_label(older) == machine_label(machine)
     assert machine_label(None) == "not recorded"

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pods_rl.memory import retaining
+
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -39,7 +41,8 @@ def instruction_set(flags: frozenset[str]) -> str:
 
 def describe_machine() -> dict[str, Any]:
     """This machine, as a run records it (summary.json): CPU name, family, model, instruction set, the cores this
-    process may use, and the accelerator's name (None on a CPU-only machine)."""
+    process may use, the accelerator's name (None on a CPU-only machine) and whether this process keeps freed
+    memory."""
     import torch
 
     cpu = _first_processor()
@@ -55,6 +58,8 @@ def describe_machine() -> dict[str, Any]:
         "instruction_set": instruction_set(cpu_flags()),
         "cores": len(os.sched_getaffinity(0)),
         "accelerator": accelerator,
+        # On a VM a step's seconds also depend on whether freed memory is kept (pods_rl.memory).
+        "freed_memory_kept": retaining(),
     }
 
 
@@ -64,4 +69,5 @@ def machine_label(machine: dict[str, Any] | None) -> str:
         return "not recorded"
     label = f"{machine['cpu']} (family {machine['cpu_family']} model {machine['cpu_model']}), "
     label += f"{machine['instruction_set']}, {machine['cores']} cores"
-    return label + (f", {machine['accelerator']}" if machine["accelerator"] else "")
+    label += f", {machine['accelerator']}" if machine["accelerator"] else ""
+    return label + (", freed memory kept" if machine.get("freed_memory_kept") else "")

@@ -359,7 +359,7 @@ def test_three_term_compare_config_runs_the_papers_sizes():
         "pods-ds": (16, 4, "max_variance"),
     }
     assert settings.seeds == [0, 1, 2, 3, 4, 5] and settings.base["time_budget"] == 600
-    assert (settings.lr_grid, settings.tuning_seeds) == ([5e-6, 1e-5, 2e-5], [100])
+    assert (settings.lr_grid, settings.tuning_seeds) == ([1.25e-6, 2.5e-6, 5e-6, 1e-5, 2e-5], [100])
     run = settings.arm_settings("pods", 0, 1e-5)
     assert (run.task, run.task_options, run.eval.every_seconds, run.eval.every_steps) == (
         "arithmetic-3term",

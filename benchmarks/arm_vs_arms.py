@@ -2,8 +2,9 @@
 
 comparison.md measures every arm against one baseline (GRPO); a reader choosing between PODS and an alternative
 needs PODS against each of them. This reads comparison.json (no training) and applies the report's measures with
-each other arm in turn as the baseline: speedup to the target (geometric mean, 95% t interval) and the difference
-in mean accuracy over the window (95% t interval), with the per-seed differences.
+each other arm in turn as the baseline: speedup to the target (geometric mean, 95% t interval), what the brackets
+alone allow of it (no interpolation between evaluations), and the difference in mean accuracy over the window (95% t
+interval), with the per-seed differences.
 
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-3term-epyc
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-sums --arm pods-ds
@@ -15,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from pods_rl.run.compare_summary import BRACKET_VERDICTS, bracket_text
 from pods_rl.run.statistics import compare_to_baseline
 
 
@@ -40,10 +42,10 @@ def main() -> None:
     if args.arm not in curves:
         raise SystemExit(f"no arm {args.arm!r} in {args.folder}: it has {', '.join(curves)}")
     print(f"{args.arm} against every arm, target {100 * target:.1f}% ({metric})\n")
-    columns = ["speedup (95% t interval)", "faster on", "censored (other arm)"]
+    columns = ["speedup (95% t interval)", "faster on", "censored (other arm)", "by the brackets alone"]
     columns += ["Δ window mean, points (95% t interval)", "per seed, points"]
     print(f"| {args.arm} against | " + " | ".join(columns) + " |")
-    print("|---|---|---|---|---|---|")
+    print("|---" * (len(columns) + 1) + "|")
     for other in curves:
         if other == args.arm:
             continue
@@ -52,9 +54,11 @@ def main() -> None:
         seeds = len(versus["speedup_per_seed"])
         per_seed = ", ".join(f"{100 * d:+.1f}" for d in versus["mean_accuracy_difference_per_seed"])
         window = interval(versus["mean_accuracy_difference"], 100, "", signed=True)
+        brackets = versus["speedup_by_brackets"]
+        grid = "-" if brackets is None else f"{bracket_text(brackets)}: {BRACKET_VERDICTS[brackets['resolved']]}"
         print(
             f"| {other} | {speedup} | {versus['seeds_faster']} of {seeds} | {versus['censored']['baseline']} "
-            f"| {window} | {per_seed} |"
+            f"| {grid} | {window} | {per_seed} |"
         )
 
 

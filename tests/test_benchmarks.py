@@ -45,3 +45,27 @@ def test_machine_check_reports_compute_and_both_page_fault_costs() -> None:
         "allocate, touch, free: us a page (freed memory kept)",
     }
     assert all(value > 0 for value in rows.values())
+
+
+def test_arm_vs_arms_measures_pods_against_each_arm_of_a_kept_comparison() -> None:
+    """The kept 3-term comparison's PODS row against GRPO 4/4 is the report's own (its comparison.md summary)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    folder = ROOT / "benchmarks" / "results" / "smollm2-3term-epyc"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "arm_vs_arms.py"), str(folder)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line.startswith("| ")]
+    rows = {cells[0]: cells[1:] for cells in table[1:]}
+    assert list(rows) == ["grpo", "grpo-pool", "grpo-ds", "pods-ds"]  # every arm but pods, in the folder's order
+    assert rows["grpo"][:5] == [
+        "1.82x (1.07-3.09x)",
+        "6 of 6",
+        "3",
+        "1.32-∞x (95% interval 0.88-∞x; 5 of 6 seeds faster, 1 undecided): not resolved at the evaluations' resolution",
+        "+3.1 (-4.0 to +10.1)",
+    ]
+    summary = (folder / "comparison.md").read_text()
+    assert "pods vs grpo: 1.82x (95% interval 1.07-3.09x, 6 of 6 seeds faster" in summary
+    assert "by the brackets alone 1.32-∞x (95% interval 0.88-∞x; 5 of 6 seeds faster, 1 undecided)" in summary

@@ -137,6 +137,11 @@ def test_summarize_on_synthetic_runs(tmp_path):
     )
     assert versus["speedup"]["estimate"] == pytest.approx(math.sqrt(30 / 14.35 * 24.35 / 27.175))
     assert (versus["seeds_faster"], versus["seeds_slower"], versus["censored"]) == (1, 1, {"arm": 0, "baseline": 1})
+    # The brackets alone: lower bounds 30 / 20 and 20 / 30 (geometric mean 1), upper bounds open and 30 / 20.
+    brackets = versus["speedup_by_brackets"]
+    assert (brackets["low"], brackets["high"], brackets["high_interval"]) == (pytest.approx(1.0), None, None)
+    assert brackets["low_interval"] == pytest.approx(1.5**-12.706204736174705)  # t(1) x the log's standard error
+    assert (brackets["seeds_faster"], brackets["seeds_slower"], brackets["seeds_undecided"]) == (1, 0, 1)
     # Areas over 0-30 s: grpo 3 + 5 + 5.5 and 3 + 5 + 6.5; pods 4 + 6.5 + 7 and 4 + 5.5 + 6.
     assert versus["mean_accuracy_difference_per_seed"] == pytest.approx([4 / 30, 1 / 30])
     assert [s["bound"] for s in pool["vs_baseline"]["speedup_per_seed"]] == ["unknown", "at most"]
@@ -148,6 +153,10 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert "pods, seed 0 crosses the target between evaluations at 10.0 and 20.0 s" in warnings
     assert "grpo-pool: 2 of 2 seed(s) never reached the target" in warnings
     assert comparison["summary"][1].startswith("pods vs grpo: 1.37x (95% interval ")
+    assert (
+        "; by the brackets alone 1.00-∞x (95% interval 0.01-∞x; 1 of 2 seeds faster, 1 undecided), not resolved at "
+        "the evaluations' resolution; mean accuracy" in comparison["summary"][1]
+    )
     assert "1 of 2 seeds faster; 1 censored for the baseline: a lower bound" in comparison["summary"][1]
     assert pods["seconds_per_step"] == pytest.approx(
         {"generate": 2.1, "score": 0.16, "select": 0.018, "update": 1.8, "total": 4.078}
@@ -174,6 +183,7 @@ def test_summarize_on_synthetic_runs(tmp_path):
     write_comparison(tmp_path, comparison)
     markdown = (tmp_path / "comparison.md").read_text()
     assert "| pods | 8 | 2 | max_variance |" in markdown
+    assert "| 1 of 2 | 1.00-∞x (95% interval 0.01-∞x; 1 of 2 seeds faster, 1 undecided) |" in markdown
     assert "| pods | 16 | 4 | 4.00 | — | — | — | 48 | 12 | 480 | 120 |" in markdown
     assert "| grpo | 0 | 3 | 30 | 60.0 | > 30 | baseline | baseline |" in markdown  # censored: more than 30 s
     assert "| pods | 0 | 3 | 30 | 70.0 | 14.3 [10, 20] | ≥ 2.09x [1.50, ∞] | +13.3 |" in markdown
@@ -665,3 +675,25 @@ def _cells(text: str, label: str) -> list[str]:
         if cells[0] == label:
             return cells[1:]
     raise AssertionError(f"no row {label!r} in:\n{text}")
+
+
+def test_a_vllm_comparison_is_read_where_vllm_is_missing_but_resumed_only_with_it(tmp_path, monkeypatch):
+    import pods_rl.versions
+
+    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
+    shape = {"lr_grid": [1e-5], "tuning_seeds": [7], "seeds": [0], "n": 4, "m": 2, "prompts_per_step": 2}
+    shape["trainer"] = {"use_vllm": True}
+    out = tmp_path / "cmp"
+    compare.run_comparison(resolve_compare(None, [shape], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    written = (out / "comparison.md").read_text()
+
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: False)
+    (out / "comparison.md").unlink()
+    reported = runner.invoke(app, ["compare", "--report", str(out)])
+    assert reported.exit_code == 0, reported.output
+    assert (out / "comparison.md").read_text() == written
+    assert runner.invoke(app, ["compare", "--status", str(out)]).exit_code == 0
+    resumed = runner.invoke(app, ["compare", "--resume", str(out)])
+    assert resumed.exit_code != 0
+    assert "trainer.use_vllm=True needs vLLM, which this environment lacks" in " ".join(resumed.output.split())

@@ -2,11 +2,14 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from pods_rl.run.statistics import (
+    SeedSpeedup,
     TimeToTarget,
     band,
+    bracket_speedup,
     compare_to_baseline,
     geometric_mean_interval,
     mean_accuracy,
@@ -90,6 +93,64 @@ def test_geometric_mean_interval_is_t_on_the_logarithms():
     assert geometric_mean_interval([3.0, 3.0]).low == pytest.approx(3.0)  # no spread: no width
 
 
+def _seed(low: float, high: float | None, estimate: float | None = 1.0) -> SeedSpeedup:
+    return SeedSpeedup(estimate=estimate, low=low, high=high, bound="interpolated")
+
+
+def test_bracket_speedup_takes_every_seed_at_each_end_of_its_bracket():
+    result = bracket_speedup([_seed(2.0, 4.0), _seed(0.5, 2.0)])
+    # Lower bounds: logs +-ln 2, mean 0, standard error ln 2; upper: logs (2, 1) ln 2, mean 1.5 ln 2, error ln 2 / 2.
+    assert result.low == pytest.approx(1.0) and result.low_interval == pytest.approx(2**-T_975_1)
+    assert result.high == pytest.approx(math.sqrt(8)) and result.high_interval == pytest.approx(
+        2 ** (1.5 + T_975_1 / 2)
+    )
+    assert (result.seeds_faster, result.seeds_slower, result.seeds_undecided, result.resolved) == (1, 0, 1, "no")
+
+
+@pytest.mark.parametrize(
+    ("seeds", "low", "low_interval", "high", "high_interval", "counts", "resolved"),
+    [
+        ([_seed(2.0, None), _seed(2.0, 3.0)], 2.0, 2.0, None, None, (2, 0, 0), "faster"),  # no spread: no width
+        ([_seed(0.25, 0.5), _seed(0.25, 0.5)], 0.25, 0.25, 0.5, 0.5, (0, 2, 0), "slower"),
+        ([_seed(0.0, 0.5), _seed(3.0, None)], 0.0, 0.0, None, None, (1, 1, 0), "no"),  # an arm that never got there
+        ([_seed(3.0, 4.0)], 3.0, None, 4.0, None, (1, 0, 0), "no"),  # one seed: no interval, nothing resolved
+        ([_seed(3.0, 3.0), _seed(0.0, None, estimate=None)], 3.0, None, 3.0, None, (1, 0, 0), "no"),  # undefined out
+        ([_seed(1.0, 1.0), _seed(1.0, 1.0)], 1.0, 1.0, 1.0, 1.0, (0, 0, 2), "no"),  # a tie is neither
+        ([_seed(0.0, 0.0), _seed(0.5, 1.0)], 0.0, 0.0, 0.0, 0.0, (0, 1, 1), "slower"),  # baseline met it untrained
+    ],
+)
+def test_bracket_speedup_edges(seeds, low, low_interval, high, high_interval, counts, resolved):
+    result = bracket_speedup(seeds)
+    assert result.low == pytest.approx(low)
+    assert result.low_interval == (None if low_interval is None else pytest.approx(low_interval))
+    assert result.high == (None if high is None else pytest.approx(high))
+    assert result.high_interval == (None if high_interval is None else pytest.approx(high_interval))
+    assert (result.seeds_faster, result.seeds_slower, result.seeds_undecided) == counts
+    assert result.resolved == resolved
+
+
+def test_bracket_speedup_contains_every_interpolation():
+    """Brute force: any crossing inside each run's bracket gives a geometric mean inside the brackets' range."""
+    rng = np.random.default_rng(0)
+    times = [0, 10, 20, 30, 40, 50]
+    for _ in range(200):
+        curves = [np.maximum.accumulate(rng.uniform(0, 1, (2, len(times))), axis=1) for _ in range(4)]
+        for curve in curves:
+            curve[:, 0] = 0.0  # both start below the target, as trained models do
+        baseline = [(times, curve[0].tolist()) for curve in curves]
+        arm = [(times, curve[1].tolist()) for curve in curves]
+        result = compare_to_baseline(baseline, arm, 0.7)
+        if result["speedup"] is None:
+            continue
+        brackets = result["speedup_by_brackets"]
+        high = math.inf if brackets["high"] is None else brackets["high"]
+        assert brackets["low"] - 1e-12 <= result["speedup"]["estimate"] <= high + 1e-12
+        for seed in result["speedup_per_seed"]:
+            if seed["estimate"] is not None:
+                seed_high = math.inf if seed["high"] is None else seed["high"]
+                assert seed["low"] - 1e-12 <= seed["estimate"] <= seed_high + 1e-12
+
+
 @pytest.mark.parametrize(
     ("end", "expected"),
     [
@@ -118,6 +179,8 @@ def test_compare_to_baseline_pairs_seeds_and_keeps_the_censored_one():
     assert (second["estimate"], second["low"], second["high"], second["bound"]) == (1.5, 1.5, None, "at least")
     assert result["speedup"]["estimate"] == pytest.approx(math.sqrt(3))  # geometric mean of 2 and 1.5
     assert (result["seeds_faster"], result["seeds_slower"], result["seeds_undefined"]) == (2, 0, 0)
+    brackets = result["speedup_by_brackets"]  # lower bounds 1.0 and 1.5, both upper bounds open
+    assert (brackets["low"], brackets["high"], brackets["seeds_faster"]) == (pytest.approx(math.sqrt(1.5)), None, 1)
     assert result["censored"] == {"arm": 0, "baseline": 1}
     # Areas over 0-30 s: baseline 2 + 6 + 8 = 16 and 1 + 3 + 4.5 = 8.5; arm 4 + 8 + 8 = 20 and 1.5 + 4.5 + 6 = 12.
     assert result["mean_accuracy_difference_per_seed"] == pytest.approx([4 / 30, 3.5 / 30])

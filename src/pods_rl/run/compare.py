@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +98,22 @@ class CompareSettings:
     metric: str = "accuracy"
     lr_grid: list[float] | None = None  # each arm's learning rate is chosen from these on the tuning seeds
     tuning_seeds: list[int] | None = None
+    # Not a setting: whether the arms are checked against this environment (vLLM installed, the process count,
+    # TRL's config). A folder that is only read (--report, --status) needs neither, nor TRL.
+    environment_checks: bool = field(default=True, repr=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, where: str = "compare settings") -> CompareSettings:
-        names = [f.name for f in fields(cls) if f.name != "base"]
+    def from_dict(
+        cls, data: dict[str, Any], *, where: str = "compare settings", environment_checks: bool = True
+    ) -> CompareSettings:
+        names = [f.name for f in fields(cls) if f.name not in NOT_SETTINGS]
         values = {name: data[name] for name in names if name in data}
-        required = [f.name for f in fields(cls) if f.name != "base" and f.default is MISSING]
+        required = [f.name for f in fields(cls) if f.name not in NOT_SETTINGS and f.default is MISSING]
         missing = sorted(set(required) - set(values))
         if missing:
             raise ValueError(f"{where}: missing key(s) {missing}.")
-        settings = cls(base={k: v for k, v in data.items() if k not in names}, **values)
+        base = {k: v for k, v in data.items() if k not in names}
+        settings = cls(base=base, **values, environment_checks=environment_checks)
         settings.check(where)
         return settings
 
@@ -188,12 +194,19 @@ class CompareSettings:
                     f"gradient_accumulation_steps={accumulation} equal micro-batches."
                 )
             trainer["per_device_train_batch_size"] = rows // accumulation
-        settings = RunSettings.from_dict(merge(data, {"trainer": trainer, "seed": seed}), where=f"arm {name!r}")
-        settings.trainer_config(Path("unused"))  # raises on an invalid trainer setting
+        checks = "all" if self.environment_checks else "portable"
+        settings = RunSettings.from_dict(
+            merge(data, {"trainer": trainer, "seed": seed}), where=f"arm {name!r}", checks=checks
+        )
+        if self.environment_checks:
+            settings.trainer_config(Path("unused"))  # raises on an invalid trainer setting
         return settings
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.base, **{k: v for k, v in asdict(self).items() if k != "base"}}
+        return {**self.base, **{k: v for k, v in asdict(self).items() if k not in NOT_SETTINGS}}
+
+
+NOT_SETTINGS = ("base", "environment_checks")  # CompareSettings fields that compare.yaml does not hold as keys
 
 
 def _reject_derived(trainer: dict[str, Any], where: str, *, allow_batch: bool = False) -> None:
@@ -466,11 +479,12 @@ def extend_on_resume(
 
 def load_compare(output_dir: Path, option: str = "--resume") -> CompareSettings:
     """The settings a comparison folder was started with, to finish or report it (`option` names the flag that
-    gave the folder, for the error)."""
+    gave the folder, for the error). Only --resume checks the arms against this environment: a comparison that
+    trained with vLLM can be reported where vLLM is not installed."""
     path = Path(output_dir) / COMPARE_FILE
     if not path.exists():
         raise ValueError(f"{option} {output_dir}: no comparison there ({COMPARE_FILE} is missing).")
-    return CompareSettings.from_dict(read_yaml(path), where=str(path))
+    return CompareSettings.from_dict(read_yaml(path), where=str(path), environment_checks=option == "--resume")
 
 
 def is_finished(run_dir: Path) -> bool:

@@ -250,9 +250,12 @@ def summary_lines(baseline: str, arms: dict[str, Any]) -> list[str]:
         )
         seeds = len(versus["speedup_per_seed"])
         bounds = _censoring(versus["censored"])
+        brackets = versus["speedup_by_brackets"]
         lines.append(
             f"{name} vs {baseline}: {speedup['estimate']:.2f}x ({interval}, {versus['seeds_faster']} of {seeds} "
-            f"seeds faster{bounds}); mean accuracy over the window {100 * difference['estimate']:+.1f} points"
+            f"seeds faster{bounds}); by the brackets alone {bracket_text(brackets)}, "
+            f"{BRACKET_VERDICTS[brackets['resolved']]}; "
+            f"mean accuracy over the window {100 * difference['estimate']:+.1f} points"
             + (
                 ""
                 if difference["low"] is None
@@ -260,6 +263,30 @@ def summary_lines(baseline: str, arms: dict[str, Any]) -> list[str]:
             )
         )
     return lines
+
+
+BRACKET_VERDICTS = {
+    "faster": "faster at the evaluations' resolution",
+    "slower": "slower at the evaluations' resolution",
+    "no": "not resolved at the evaluations' resolution",
+}
+
+
+def bracket_text(brackets: dict[str, Any]) -> str:
+    """'1.32-∞x (95% interval 0.88-∞x; 5 of 6 seeds faster, 1 undecided)': from every seed at its lowest bound to
+    every seed at its highest, and the seeds whose whole speedup bracket lies above (or below) 1."""
+
+    def ratio(value: float | None) -> str:
+        return "∞" if value is None else f"{value:.2f}"
+
+    seeds = brackets["seeds_faster"] + brackets["seeds_slower"] + brackets["seeds_undecided"]
+    counts = [f"{brackets['seeds_faster']} of {seeds} seeds faster"]
+    counts += [f"{brackets[f'seeds_{kind}']} {kind}" for kind in ("slower", "undecided") if brackets[f"seeds_{kind}"]]
+    inside = ", ".join(counts)
+    if brackets["low_interval"] is not None:
+        interval = f"{ratio(brackets['low_interval'])}-{ratio(brackets['high_interval'])}x"
+        inside = f"{LEVEL:.0%} interval {interval}; {inside}"
+    return f"{ratio(brackets['low'])}-{ratio(brackets['high'])}x ({inside})"
 
 
 def _censoring(censored: dict[str, int]) -> str:
@@ -348,6 +375,11 @@ DEFINITIONS = {
     "the baseline's earliest / the arm's latest and the baseline's latest / the arm's earliest possible time; over "
     f"seeds: the geometric mean with a {LEVEL:.0%} Student-t interval on the log-ratios. A seed censored for the "
     "arm makes its speedup an upper bound, one censored for the baseline a lower bound",
+    "speedup_by_brackets": "what the brackets alone allow, interpolating inside none: the geometric mean over "
+    "seeds of each seed's lowest speedup and of each seed's highest (∞ when one is unbounded), the lower end of "
+    f"the {LEVEL:.0%} Student-t interval of the first and the upper end of the second's; the seeds whose lowest "
+    "speedup is above 1 (faster), whose highest is below 1 (slower), and the rest (undecided). It is faster (or "
+    "slower) at the evaluations' resolution when that whole interval lies above (or below) 1",
     "mean_accuracy_difference": "per seed: the arm's minus the baseline's mean accuracy over the window from the "
     "start to the end of the shorter of the two runs (area under the linearly interpolated curve / its length); "
     f"over seeds: the mean with a {LEVEL:.0%} Student-t interval",

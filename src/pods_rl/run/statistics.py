@@ -10,7 +10,10 @@ folders or files. Seeds are paired by position: curve i of every arm is seed i.
   time (its last evaluation, taken at the end): it needed more than that.
 - Speedup of one seed: the baseline's crossing / the arm's; bounds from the two brackets. Censored runs enter at
   their censoring time, which bounds the speedup (an arm censored: at most; the baseline censored: at least).
-- Across seeds: the geometric mean of the speedups with a 95% Student-t interval on their logarithms.
+- Across seeds: the geometric mean of the speedups with a 95% Student-t interval on their logarithms. That
+  estimate interpolates inside the brackets; what the brackets alone allow is the geometric mean of every seed's
+  lower bound and of every seed's upper bound, each with the far end of its interval, and the seeds whose whole
+  bracket lies on one side of 1.
 - Mean accuracy over the window: the area under the linearly interpolated curve from the first evaluation to the
   end of the shorter run of the pair, divided by the window's length; the paired difference has a t interval.
 """
@@ -118,6 +121,50 @@ def geometric_mean_interval(ratios: Sequence[float]) -> Interval:
     return Interval(math.exp(logs.estimate), low, high, logs.seeds)
 
 
+@dataclass(frozen=True)
+class BracketSpeedup:
+    """The geometric mean over seeds that the brackets alone allow, with no interpolation inside any of them."""
+
+    low: float  # the geometric mean of the per-seed lower bounds; 0 when one is 0 (that arm never got there)
+    low_interval: float | None  # the lower end of the 95% t interval on those bounds; None from one seed
+    high: float | None  # the geometric mean of the per-seed upper bounds; None: unbounded (one seed's is)
+    high_interval: float | None  # the upper end of the 95% t interval on those bounds
+    seeds_faster: int  # the lower bound above 1: faster whenever between evaluations each crossing fell
+    seeds_slower: int  # the upper bound below 1
+    seeds_undecided: int
+    resolved: str  # "faster" (low_interval above 1), "slower" (high_interval below 1) or "no"
+
+
+def bracket_speedup(speedups: Sequence[SeedSpeedup]) -> BracketSpeedup:
+    """The range of geometric means the brackets allow, over the seeds whose speedup is defined."""
+    defined = [s for s in speedups if s.estimate is not None]
+    lows = [s.low for s in defined]
+    highs = [s.high for s in defined]
+    if min(lows) > 0:
+        low_mean = geometric_mean_interval(lows)
+        low, low_interval = low_mean.estimate, low_mean.low
+    else:
+        low, low_interval = 0.0, 0.0
+    if None in highs:
+        high, high_interval = None, None
+    elif min(highs) == 0:  # a baseline that met the target before training
+        high, high_interval = 0.0, 0.0
+    else:
+        high_mean = geometric_mean_interval(highs)
+        high, high_interval = high_mean.estimate, high_mean.high
+    faster = sum(low > 1 for low in lows)
+    slower = sum(high is not None and high < 1 for high in highs)
+    if low_interval is not None and low_interval > 1:
+        resolved = "faster"
+    elif high_interval is not None and high_interval < 1:
+        resolved = "slower"
+    else:
+        resolved = "no"
+    return BracketSpeedup(
+        low, low_interval, high, high_interval, faster, slower, len(defined) - faster - slower, resolved
+    )
+
+
 def mean_accuracy(times: Sequence[float], values: Sequence[float], end: float) -> float:
     """The area under the linearly interpolated curve from its first time to `end`, divided by the length."""
     inside = [t for t in times if t < end]
@@ -155,6 +202,7 @@ def compare_to_baseline(baseline: Sequence[Curve], arm: Sequence[Curve], target:
         "time_to_target": [asdict(t) for t in arm_times],
         "speedup_per_seed": [asdict(s) for s in speedups],
         "speedup": asdict(geometric_mean_interval(estimates)) if estimates else None,
+        "speedup_by_brackets": asdict(bracket_speedup(speedups)) if estimates else None,
         "seeds_faster": sum(e > 1 for e in estimates),
         "seeds_slower": sum(e < 1 for e in estimates),
         "seeds_undefined": len(speedups) - len(estimates),  # the arm met the target before training

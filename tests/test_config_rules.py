@@ -111,11 +111,53 @@ def test_settings_refuse_exactly_the_dynamic_sampling_podsconfig_refuses(tmp_pat
     checked = verdict(RunSettings.from_dict, {"trainer": fields})
     monkeypatch.delenv("WORLD_SIZE")
     assert (built is None) == (checked is None), (built, checked)
-    if built is not None:
-        assert checked == f"settings: trainer.{built}"
+    if built is not None and any(name in built for name in ("allocation", "screen", "history", "budget", "success")):
+        assert checked == f"settings: trainer.{built}"  # an allocation rule's refusal (the others are TRL's words)
     if built is not None and "dynamic_sampling" in built:
         # A refusal that names dynamic sampling is its own: the same batch without it is accepted.
         plain = {**fields, "dynamic_sampling": False}
         assert (
             verdict(PODSConfig, output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **plain) is None
         )
+
+
+# Allocation settings on both sides of each rule, alone and with a mode, on one and two processes.
+ALLOCATION_GRID = [
+    {},
+    {"rollout_allocation": "bogus"},
+    {"rollout_allocation": "screen"},
+    *({"rollout_allocation": "screen", "screen_size": size} for size in (1, 2, 7, 8)),
+    {"rollout_allocation": "screen", "screen_size": 4, "screen_pass_rate_band": [0.2, 0.8]},
+    {"rollout_allocation": "screen", "screen_size": 4, "screen_pass_rate_band": [0.9, 0.1]},
+    {"rollout_allocation": "screen", "screen_size": 4, "screen_pass_rate_band": [0.5]},
+    {"screen_size": 4},
+    {"success_threshold": None},
+    {"rollout_allocation": "screen", "screen_size": 4, "history_exploration": 0.5},
+    *({"rollout_allocation": "history", "history_exploration": p} for p in (-0.5, 0.0, 1.0, 1.5)),
+    *({"rollout_allocation": "history", "history_decay": d} for d in (0.0, 0.5, 1.5)),
+    {"rollout_allocation": "history", "history_prior_successes": -1.0},
+    {"rollout_allocation": "history", "allocation_objective": "informative"},
+    {"rollout_allocation": "history", "allocation_objective": "gain"},
+    {"rollout_allocation": "history", "selection_rule": "random"},
+    *({"rollout_allocation": "history", "max_rollouts_per_prompt": k} for k in (3, 4, 32)),
+    *({"rollout_allocation": "history", "generation_budget": b} for b in (15, 16, 17, 24, 32, 33, 64, 65)),
+    {"rollout_allocation": "history", "generation_budget": 64, "max_rollouts_per_prompt": 32},
+    {"rollout_allocation": "history", "per_device_train_batch_size": 2},
+    {"rollout_allocation": "screen", "screen_size": 4, "gradient_accumulation_steps": 2, "steps_per_generation": 1},
+]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("fields", ALLOCATION_GRID, ids=lambda fields: "-".join(map(str, fields.values())) or "none")
+def test_settings_refuse_exactly_the_allocation_podsconfig_refuses(tmp_path, monkeypatch, fields, processes):
+    """Rollout allocation's rules (modes, their options, the budget against the rows and the processes) are checked
+    by the settings layer before TRL, with PODSConfig's words."""
+    fields = {"num_generations": 8, "num_selected": 4, "per_device_train_batch_size": 8, **fields}
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: processes))
+    built = verdict(PODSConfig, output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **fields)
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    checked = verdict(RunSettings.from_dict, {"trainer": fields})
+    monkeypatch.delenv("WORLD_SIZE")
+    assert (built is None) == (checked is None), (built, checked)
+    if built is not None and any(name in built for name in ("allocation", "screen", "history", "budget", "success")):
+        assert checked == f"settings: trainer.{built}"  # an allocation rule's refusal (the others are TRL's words)

@@ -7,6 +7,7 @@ GRPOConfig defaults the rules read when a setting is absent (a test keeps them e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ SELECTION_RULES = ("max_variance", "max_reward", "random")
 ADVANTAGE_STATS = ("selected", "pool")
 SELECTION_BUDGETS = ("per_prompt", "batch")
 TIE_BREAKS = ("index", "shortest")
+ROLLOUT_ALLOCATIONS = ("none", "screen", "history")
+ALLOCATION_OBJECTIVES = ("variance", "informative")  # see pods_rl.core.allocation
 
 PODS_DEFAULTS: dict[str, Any] = {
     "num_selected": None,
@@ -23,7 +26,29 @@ PODS_DEFAULTS: dict[str, Any] = {
     "selection_tie_break": "index",
     "dynamic_sampling": False,
     "max_generation_rounds": 3,
+    "rollout_allocation": "none",
+    "screen_size": None,
+    "screen_pass_rate_band": None,
+    "success_threshold": 0.5,
+    "generation_budget": None,
+    "max_rollouts_per_prompt": None,
+    "allocation_objective": "variance",
+    "history_exploration": 0.1,
+    "history_prior_successes": 1.0,
+    "history_prior_failures": 1.0,
+    "history_decay": 1.0,
 }
+# The allocation options each mode reads; setting one under another mode is a mistake worth a line.
+SCREEN_FIELDS = ("screen_size", "screen_pass_rate_band")
+HISTORY_FIELDS = (
+    "generation_budget",
+    "max_rollouts_per_prompt",
+    "allocation_objective",
+    "history_exploration",
+    "history_prior_successes",
+    "history_prior_failures",
+    "history_decay",
+)
 TRL_DEFAULTS: dict[str, Any] = {
     "num_generations": 8,
     "per_device_train_batch_size": 8,
@@ -52,6 +77,8 @@ def check_selection_fields(fields: Mapping[str, Any], *, section: str = "") -> N
         ("selection_budget", SELECTION_BUDGETS),
         ("selection_tie_break", TIE_BREAKS),
         ("advantage_stats", ADVANTAGE_STATS),
+        ("rollout_allocation", ROLLOUT_ALLOCATIONS),
+        ("allocation_objective", ALLOCATION_OBJECTIVES),
     ):
         if values[name] not in allowed:
             raise ValueError(f"{section}{name} must be one of {allowed}, got {values[name]!r}.")
@@ -63,6 +90,79 @@ def check_selection_fields(fields: Mapping[str, Any], *, section: str = "") -> N
                 f"{section}{name}={values[name]!r} needs selection_rule='max_variance' (it optimises the selected "
                 f"variance), got selection_rule={values['selection_rule']!r}."
             )
+    _check_allocation_fields(values, section)
+
+
+def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
+    """The rollout-allocation options (`pods_rl.core.allocation`) on their own and against n, m and the rule; `values`
+    holds every field (defaults filled in), the names of the modes already checked."""
+    mode = values["rollout_allocation"]
+    n = values["num_generations"]
+    m = values["num_selected"] or n
+    for fields, needs in (
+        (SCREEN_FIELDS, ("screen",)),
+        (HISTORY_FIELDS, ("history",)),
+        (("success_threshold",), ROLLOUT_ALLOCATIONS[1:]),
+    ):
+        for name in fields:
+            if values[name] != PODS_DEFAULTS[name] and mode not in needs:
+                wanted = " or ".join(repr(need) for need in needs)
+                raise ValueError(
+                    f"{section}{name} is an option of rollout_allocation={wanted}, got rollout_allocation={mode!r}."
+                )
+    threshold = values["success_threshold"]
+    if threshold is not None and not math.isfinite(threshold):
+        raise ValueError(
+            f"{section}success_threshold must be a finite number or None (fractional rewards), got {threshold}."
+        )
+    if mode == "screen":
+        size = values["screen_size"]
+        if size is None:
+            raise ValueError(
+                f"{section}rollout_allocation='screen' needs screen_size, the rollouts each candidate prompt is "
+                f"screened with (2 <= screen_size < num_generations = {n})."
+            )
+        if not 2 <= size < n:
+            raise ValueError(
+                f"{section}screen_size must satisfy 2 <= screen_size < num_generations (n={n}), got {size}: the screen "
+                "is the first part of a pool of n, and fewer than 2 rollouts cannot vary."
+            )
+        band = values["screen_pass_rate_band"]
+        if band is not None and not (len(band) == 2 and 0 <= band[0] <= band[1] <= 1):
+            raise ValueError(
+                f"{section}screen_pass_rate_band must be [low, high] with 0 <= low <= high <= 1, got {band}."
+            )
+    if mode == "history":
+        if values["selection_rule"] != "max_variance":
+            raise ValueError(
+                f"{section}rollout_allocation='history' needs selection_rule='max_variance' (its values model what "
+                f"max-variance selection keeps), got selection_rule={values['selection_rule']!r}."
+            )
+        largest = values["max_rollouts_per_prompt"]
+        if largest is not None and largest < m:
+            raise ValueError(
+                f"{section}max_rollouts_per_prompt must be >= num_selected (m={m}): every trained prompt needs m "
+                f"rollouts, got {largest}."
+            )
+        exploration = values["history_exploration"]
+        if not 0 <= exploration <= 1:
+            raise ValueError(f"{section}history_exploration must be a probability in [0, 1], got {exploration}.")
+        for name in ("history_prior_successes", "history_prior_failures"):
+            if not (math.isfinite(values[name]) and values[name] > 0):
+                raise ValueError(f"{section}{name} (a Beta prior's pseudo-count) must be > 0, got {values[name]}.")
+        decay = values["history_decay"]
+        if not 0 < decay <= 1:
+            raise ValueError(f"{section}history_decay must be in (0, 1] (1: every epoch counts alike), got {decay}.")
+
+
+def check_allocation_wired(rollout_allocation: str, *, section: str = "") -> None:
+    """Rollout allocation is configured and checked, but PODSTrainer does not run it yet: refuse it in one line rather
+    than train without it. (The trainer integration replaces this check.)"""
+    if rollout_allocation != "none":
+        raise ValueError(
+            f"{section}rollout_allocation={rollout_allocation!r}: allocation is not wired into the trainer yet "
+            "(only its core, pods_rl.core.allocation, exists); set rollout_allocation='none'."
+        )
 
 
 def check_vllm(use_vllm: bool, *, section: str = "") -> None:
@@ -84,10 +184,14 @@ def check_batch(
     budget: str,
     *,
     dynamic_sampling: bool = False,
+    allocation: str = "none",
+    generation_budget: int | None = None,
+    max_rollouts: int | None = None,
     section: str = "",
 ) -> None:
     """The trained rows of a generation (`rows_per_process` on each of `num_processes`) hold whole groups of m, and
-    each process generates a whole number of rollouts (and, for the batch budget and dynamic sampling, whole pools)."""
+    each process generates a whole number of rollouts (and, for the batch budget, dynamic sampling and rollout
+    allocation, whole pools); an allocation's generation budget fits the step."""
     if rows_per_process * num_processes % m:
         raise ValueError(
             f"{section}per_device_train_batch_size * steps_per_generation * processes ({rows_per_process} * "
@@ -102,6 +206,7 @@ def check_batch(
     needs_whole_pools = {
         "selection_budget='batch' spreads each process's rows over its own prompts": budget == "batch",
         "dynamic_sampling keeps or drops whole pools on the process that generated them": dynamic_sampling,
+        f"rollout_allocation={allocation!r} plans each process's prompts on that process": allocation != "none",
     }
     for why, needed in needs_whole_pools.items():
         if needed and rows_per_process % m:
@@ -109,13 +214,46 @@ def check_batch(
                 f"{section}{why}, so every prompt's pool must lie on one process: per_device_train_batch_size * "
                 f"steps_per_generation ({rows_per_process}) must be a multiple of num_selected ({m})."
             )
+    if allocation == "history" and generation_budget is not None:
+        check_generation_budget(generation_budget, rows_per_process, num_processes, m, max_rollouts or n, section)
 
 
-def check_refill_steps(steps_per_generation: int, num_iterations: int, accumulation: int, *, section: str = "") -> None:
-    """Dynamic sampling refills at the start of an optimizer step, so a generation must span whole optimizer steps."""
+def check_generation_budget(
+    budget: int, rows_per_process: int, num_processes: int, m: int, largest: int, section: str = ""
+) -> None:
+    """The history allocation's rollouts per generation: each process spreads its equal share over its own prompts,
+    each of which needs m to m x ... `largest` rollouts."""
+    rows, prompts = rows_per_process * num_processes, rows_per_process * num_processes // m
+    if budget < rows:
+        raise ValueError(
+            f"{section}generation_budget ({budget}) is below the rows trained per generation ({rows}): every trained "
+            f"prompt needs at least num_selected (m={m}) rollouts."
+        )
+    if budget > prompts * largest:
+        raise ValueError(
+            f"{section}generation_budget ({budget}) exceeds what the {prompts} prompts of a generation can take "
+            f"({prompts} x max_rollouts_per_prompt {largest} = {prompts * largest})."
+        )
+    if budget % num_processes:
+        raise ValueError(
+            f"{section}generation_budget ({budget}) must be divisible by the {num_processes} processes: each spreads "
+            "its share over its own prompts."
+        )
+
+
+def check_refill_steps(
+    steps_per_generation: int,
+    num_iterations: int,
+    accumulation: int,
+    *,
+    why: str = "dynamic_sampling",
+    section: str = "",
+) -> None:
+    """Dynamic sampling (and rollout allocation) draws further prompts at the start of an optimizer step, so a
+    generation must span whole optimizer steps."""
     if steps_per_generation * num_iterations % accumulation:
         raise ValueError(
-            f"{section}dynamic_sampling draws further generation batches at the start of an optimizer step: "
+            f"{section}{why} draws further generation batches at the start of an optimizer step: "
             f"steps_per_generation * num_iterations ({steps_per_generation * num_iterations}) must be a multiple of "
             f"gradient_accumulation_steps ({accumulation})."
         )
@@ -135,11 +273,24 @@ def check_batch_fields(fields: Mapping[str, Any], num_processes: int, *, section
         values["num_selected"] or n,
         values["selection_budget"],
         dynamic_sampling=values["dynamic_sampling"],
+        allocation=values["rollout_allocation"],
+        generation_budget=values["generation_budget"],
+        max_rollouts=values["max_rollouts_per_prompt"],
         section=section,
     )
-    if values["dynamic_sampling"]:
+    why = refill_reason(values["dynamic_sampling"], values["rollout_allocation"])
+    if why is not None:
         steps = rows // values["per_device_train_batch_size"]  # steps_per_generation, as GRPOConfig derives it
-        check_refill_steps(steps, values["num_iterations"], values["gradient_accumulation_steps"], section=section)
+        check_refill_steps(
+            steps, values["num_iterations"], values["gradient_accumulation_steps"], why=why, section=section
+        )
+
+
+def refill_reason(dynamic_sampling: bool, allocation: str) -> str | None:
+    """The option that draws further prompts during a step (dynamic sampling, or an allocation mode), if any."""
+    if dynamic_sampling:
+        return "dynamic_sampling"
+    return None if allocation == "none" else f"rollout_allocation={allocation!r}"
 
 
 def rows_per_process(fields: Mapping[str, Any], num_processes: int) -> int | None:

@@ -45,6 +45,8 @@ def config_file(tmp_path: Path, text: str) -> list[str]:
     return ["--config", str(path)]
 
 
+ALLOCATE_SCREEN = ["--set", "trainer.rollout_allocation=screen"]
+ALLOCATE_HISTORY = ["--set", "trainer.rollout_allocation=history"]
 CASES = {
     "m > n": (lambda tmp: ["-n", "4", "-m", "5"], ["num_selected (m)", "2 <= m <= num_generations", "got 5"]),
     "m < 1": (lambda tmp: ["-n", "4", "-m", "0"], ["num_selected (m)", "2 <= m <= num_generations", "got 0"]),
@@ -123,6 +125,22 @@ CASES = {
         lambda tmp: ["--set", "task_options.digitz=3"],
         ["unknown option(s) ['digitz'] for task 'arithmetic'", "digits"],
     ),
+    "screen of the whole pool": (
+        lambda tmp: ["-n", "8", "-m", "4", *ALLOCATE_SCREEN, "--set", "trainer.screen_size=8"],
+        ["trainer.screen_size must satisfy 2 <= screen_size < num_generations (n=8), got 8"],
+    ),
+    "exploration not a probability": (
+        lambda tmp: [*ALLOCATE_HISTORY, "--set", "trainer.history_exploration=1.5"],
+        ["trainer.history_exploration must be a probability in [0, 1], got 1.5"],
+    ),
+    "budget below the trained rows": (
+        lambda tmp: [*ALLOCATE_HISTORY, "--set", "trainer.generation_budget=1"],
+        ["trainer.generation_budget (1) is below the rows trained per generation"],
+    ),
+    "allocation not wired yet": (
+        lambda tmp: ["-n", "8", "-m", "4", *ALLOCATE_SCREEN, "--set", "trainer.screen_size=2"],
+        ["trainer.rollout_allocation='screen': allocation is not wired into the trainer yet"],
+    ),
 }
 
 
@@ -147,6 +165,11 @@ def test_bad_setting_is_one_line_without_traceback(case, no_model_loading, tmp_p
 HEAVY_MODULES = ("torch", "transformers", "trl", "datasets", "reasoning_gym", "vllm", "peft")
 OFFLINE = {"HF_ENDPOINT": "https://hub.invalid"}  # .invalid never resolves (RFC 2606)
 FAST_CASES = {
+    "exploration not a probability": (
+        [*ALLOCATE_HISTORY, "--set", "trainer.history_exploration=-0.5"],
+        {},
+        "settings: trainer.history_exploration must be a probability in [0, 1], got -0.5.",
+    ),
     "trainer value of the wrong type": (
         ["--set", "trainer.num_generations=abc"],
         {},

@@ -116,3 +116,122 @@ def test_dynamic_sampling_settings_are_checked(tmp_path, monkeypatch, kwargs, me
     # Without dynamic sampling only the round count is checked.
     if "max_generation_rounds" not in kwargs:
         make(tmp_path, **{**settings, **kwargs, "dynamic_sampling": False})
+
+
+ALLOCATION = dict(per_device_train_batch_size=8, num_generations=8, num_selected=4)  # 2 prompts, 8 rows per generation
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(rollout_allocation="adaptive"), r"rollout_allocation must be one of \('none', 'screen', 'history'\)"),
+        (dict(rollout_allocation="screen"), "rollout_allocation='screen' needs screen_size"),
+        (
+            dict(rollout_allocation="screen", screen_size=8),
+            r"screen_size must satisfy 2 <= screen_size < num_generations \(n=8\), got 8",
+        ),
+        (dict(rollout_allocation="screen", screen_size=1), "got 1: the screen is the first part of a pool"),
+        (
+            dict(rollout_allocation="screen", screen_size=2, screen_pass_rate_band=[0.8, 0.2]),
+            r"screen_pass_rate_band must be \[low, high\] with 0 <= low <= high <= 1, got \[0.8, 0.2\]",
+        ),
+        (dict(screen_size=2), "screen_size is an option of rollout_allocation='screen', got rollout_allocation='none'"),
+        (
+            dict(rollout_allocation="screen", screen_size=2, history_decay=0.5),
+            "history_decay is an option of rollout_allocation='history', got rollout_allocation='screen'",
+        ),
+        (dict(success_threshold=1.0), "success_threshold is an option of rollout_allocation='screen' or 'history'"),
+        (
+            dict(rollout_allocation="history", history_exploration=1.5),
+            r"history_exploration must be a probability in \[0, 1\], got 1.5",
+        ),
+        (
+            dict(rollout_allocation="history", history_exploration=-0.1),
+            r"history_exploration must be a probability in \[0, 1\], got -0.1",
+        ),
+        (dict(rollout_allocation="history", history_decay=0.0), r"history_decay must be in \(0, 1\]"),
+        (dict(rollout_allocation="history", history_prior_failures=0.0), "history_prior_failures .* must be > 0"),
+        (dict(rollout_allocation="history", allocation_objective="gain"), "allocation_objective must be one of"),
+        (
+            dict(rollout_allocation="history", selection_rule="random"),
+            "rollout_allocation='history' needs selection_rule='max_variance'",
+        ),
+        (
+            dict(rollout_allocation="history", max_rollouts_per_prompt=3),
+            r"max_rollouts_per_prompt must be >= num_selected \(m=4\)",
+        ),
+        (
+            dict(rollout_allocation="history", generation_budget=7),
+            r"generation_budget \(7\) is below the rows trained per generation \(8\)",
+        ),
+        (
+            dict(rollout_allocation="history", generation_budget=17),
+            r"generation_budget \(17\) exceeds what the 2 prompts of a generation can take \(2 x "
+            r"max_rollouts_per_prompt 8 = 16\)",
+        ),
+        (
+            dict(rollout_allocation="history", success_threshold=float("inf")),
+            "success_threshold must be a finite number or None",
+        ),
+        (
+            dict(rollout_allocation="history", gradient_accumulation_steps=2, steps_per_generation=1),
+            r"rollout_allocation='history' draws further generation batches at the start of an optimizer step",
+        ),
+    ],
+)
+def test_allocation_settings_are_checked(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path, **{**ALLOCATION, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(rollout_allocation="screen", screen_size=2),
+        dict(rollout_allocation="screen", screen_size=7, screen_pass_rate_band=[0.1, 0.9], success_threshold=None),
+        dict(rollout_allocation="history"),
+        dict(
+            rollout_allocation="history",
+            generation_budget=8,
+            max_rollouts_per_prompt=32,
+            allocation_objective="informative",
+            history_exploration=0.0,
+            history_prior_successes=0.5,
+            history_prior_failures=0.5,
+            history_decay=0.5,
+        ),
+        dict(rollout_allocation="history", generation_budget=64, max_rollouts_per_prompt=32),
+    ],
+    ids=lambda kwargs: ",".join(f"{k}={v}" for k, v in kwargs.items()),
+)
+def test_allocation_settings_are_accepted_and_off_by_default(tmp_path, kwargs):
+    config = make(tmp_path, **{**ALLOCATION, **kwargs})
+    for key, value in kwargs.items():
+        assert getattr(config, key) == value
+    assert make(tmp_path, **ALLOCATION).rollout_allocation == "none"
+
+
+def test_generation_budget_is_shared_by_the_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: 2))
+    settings = dict(ALLOCATION, rollout_allocation="history")
+    assert make(tmp_path, **settings, generation_budget=24).generation_budget == 24  # 4 prompts, 16 rows in all
+    with pytest.raises(ValueError, match=r"generation_budget \(15\) is below the rows trained per generation \(16\)"):
+        make(tmp_path, **settings, generation_budget=15)
+    with pytest.raises(ValueError, match=r"generation_budget \(25\) must be divisible by the 2 processes"):
+        make(tmp_path, **settings, generation_budget=25)
+    with pytest.raises(
+        ValueError,
+        match=r"rollout_allocation='history' plans each process's prompts on that process, so every prompt's pool "
+        r"must lie on one process: .* \(2\) must be a multiple of num_selected \(4\)",
+    ):
+        make(tmp_path, **{**settings, "per_device_train_batch_size": 2})
+
+
+def test_the_trainer_refuses_allocation_until_it_is_wired(tmp_path):
+    """Configured allocation must not be silently ignored: PODSTrainer refuses it in one line, before it loads
+    anything (the model here is a name that would fail to load)."""
+    from pods_rl import PODSTrainer
+
+    args = make(tmp_path, **ALLOCATION, rollout_allocation="screen", screen_size=2)
+    with pytest.raises(ValueError, match=r"rollout_allocation='screen': allocation is not wired into the trainer yet"):
+        PODSTrainer(model="no/such-model", reward_funcs=[], args=args)

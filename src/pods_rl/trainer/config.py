@@ -1,4 +1,4 @@
-"""PODSConfig: GRPOConfig plus the down-sampling settings (pool size n, trained size m, rule)."""
+"""PODSConfig: GRPOConfig plus the down-sampling settings (pool size n, trained size m, rule) and rollout allocation."""
 
 from __future__ import annotations
 
@@ -6,12 +6,19 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from pods_rl.config_rules import PODS_DEFAULTS, check_batch, check_refill_steps, check_selection_fields, check_vllm
+from pods_rl.config_rules import (
+    PODS_DEFAULTS,
+    check_batch,
+    check_refill_steps,
+    check_selection_fields,
+    check_vllm,
+    refill_reason,
+)
 
 
 @dataclass
 class PODSConfig(GRPOConfig):
-    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus seven.
+    r"""Configuration for [`PODSTrainer`]: every `GRPOConfig` field keeps its meaning, plus eighteen.
 
     How the batch sizes count. `num_generations` is the pool size n: rollouts generated per prompt. `num_selected`
     is m: rollouts per prompt that reach the policy update. TRL's batch fields count rows *of the update*, exactly as
@@ -68,7 +75,43 @@ class PODSConfig(GRPOConfig):
             what it does to steps and epochs.
         max_generation_rounds (`int`, defaults to `3`):
             K: generation rounds per step at most with `dynamic_sampling`, the first one included (1 drops nothing,
-            it only fills).
+            it only fills). Also the screening rounds per step with `rollout_allocation="screen"`.
+
+        Rollout allocation (`pods_rl.core.allocation`; configured and checked, not yet run by `PODSTrainer`, which
+        refuses it): how many rollouts each prompt gets, instead of n for every prompt. Off by default.
+
+        rollout_allocation (`str`, defaults to `"none"`):
+            `"screen"` (SPEED-RL, arXiv 2506.09016): screen candidate prompts with `screen_size` rollouts each, extend
+            to n only those whose screening scores vary (or whose pass rate lies in `screen_pass_rate_band`), and fill
+            the step with them; the screening rollouts stay in the pool. `"history"` (GRESO, arXiv 2506.02177, and
+            Knapsack RL, arXiv 2509.25849): keep a Beta posterior of each prompt's pass rate across epochs, skip
+            prompts predicted to give all-equal rewards (with probability at least `history_exploration` of being
+            generated anyway), and give each trained prompt m..`max_rollouts_per_prompt` rollouts by an exact
+            knapsack over `generation_budget`. Both need whole pools per process.
+        screen_size (`int` or `None`, defaults to `None`):
+            k: rollouts per candidate prompt in the screen, 2 <= k < num_generations (required by `"screen"`).
+        screen_pass_rate_band (`list[float]` or `None`, defaults to `None`):
+            `[low, high]`: extend the candidates whose screened pass rate lies in it; `None`: those whose screening
+            scores vary.
+        success_threshold (`float` or `None`, defaults to `0.5`):
+            A rollout whose selection score is at least this is a success (pass rates, the band, the history); `None`
+            reads scores in [0, 1] as fractional successes.
+        generation_budget (`int` or `None`, defaults to `None`):
+            With `"history"`: rollouts per generation batch over all processes (each process spreads its equal share
+            over its own prompts); `None`: n per trained prompt, as without allocation. At least the trained rows.
+        max_rollouts_per_prompt (`int` or `None`, defaults to `None`):
+            With `"history"`: the most rollouts a prompt may get (>= m); `None`: n. Raise it to let hard prompts get
+            more than n, paid for by the prompts that need fewer.
+        allocation_objective (`str`, defaults to `"variance"`):
+            What the knapsack maximises: `"variance"`, the expected squared deviation of the trained rewards, or
+            `"informative"`, the expected number of groups whose trained rewards vary (Knapsack RL's view); see
+            `pods_rl.core.allocation`.
+        history_exploration (`float`, defaults to `0.1`):
+            The least probability with which a prompt predicted to teach nothing is generated anyway.
+        history_prior_successes, history_prior_failures (`float`, default to `1.0`):
+            The Beta prior of a prompt's pass rate (uniform by default).
+        history_decay (`float`, defaults to `1.0`):
+            The weight each new observation of a prompt leaves on its older ones (1: every epoch counts alike).
     """
 
     num_selected: int | None = field(
@@ -102,6 +145,51 @@ class PODSConfig(GRPOConfig):
         metadata={"help": "With dynamic_sampling: generation rounds per step at most, the first one included."},
     )
 
+    rollout_allocation: str = field(
+        default=PODS_DEFAULTS["rollout_allocation"],
+        metadata={"help": "Rollouts per prompt: 'none' (n each), 'screen' (screen then extend) or 'history'."},
+    )
+    screen_size: int | None = field(
+        default=PODS_DEFAULTS["screen_size"],
+        metadata={"help": "With rollout_allocation='screen': rollouts per candidate in the screen (2..n-1)."},
+    )
+    screen_pass_rate_band: list[float] | None = field(
+        default=PODS_DEFAULTS["screen_pass_rate_band"],
+        metadata={"help": "With 'screen': extend candidates whose pass rate is in [low, high] (None: scores vary)."},
+    )
+    success_threshold: float | None = field(
+        default=PODS_DEFAULTS["success_threshold"],
+        metadata={"help": "A score at least this is a success (None: scores in [0, 1] are fractional successes)."},
+    )
+    generation_budget: int | None = field(
+        default=PODS_DEFAULTS["generation_budget"],
+        metadata={"help": "With 'history': rollouts per generation batch, all processes (None: n per prompt)."},
+    )
+    max_rollouts_per_prompt: int | None = field(
+        default=PODS_DEFAULTS["max_rollouts_per_prompt"],
+        metadata={"help": "With 'history': the most rollouts one prompt may get (None: num_generations)."},
+    )
+    allocation_objective: str = field(
+        default=PODS_DEFAULTS["allocation_objective"],
+        metadata={"help": "With 'history': the knapsack's objective, 'variance' or 'informative'."},
+    )
+    history_exploration: float = field(
+        default=PODS_DEFAULTS["history_exploration"],
+        metadata={"help": "With 'history': the least probability of generating a prompt predicted to teach nothing."},
+    )
+    history_prior_successes: float = field(
+        default=PODS_DEFAULTS["history_prior_successes"],
+        metadata={"help": "With 'history': the Beta prior's successes."},
+    )
+    history_prior_failures: float = field(
+        default=PODS_DEFAULTS["history_prior_failures"],
+        metadata={"help": "With 'history': the Beta prior's failures."},
+    )
+    history_decay: float = field(
+        default=PODS_DEFAULTS["history_decay"],
+        metadata={"help": "With 'history': weight left on older observations at each new one (1: all alike)."},
+    )
+
     def __post_init__(self) -> None:
         pool_size = self.num_generations
         check_selection_fields({name: getattr(self, name) for name in ("num_generations", *PODS_DEFAULTS)})
@@ -123,9 +211,15 @@ class PODSConfig(GRPOConfig):
             self.num_selected,
             self.selection_budget,
             dynamic_sampling=self.dynamic_sampling,
+            allocation=self.rollout_allocation,
+            generation_budget=self.generation_budget,
+            max_rollouts=self.max_rollouts_per_prompt,
         )
-        if self.dynamic_sampling:
-            check_refill_steps(self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps)
+        why = refill_reason(self.dynamic_sampling, self.rollout_allocation)
+        if why is not None:
+            check_refill_steps(
+                self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps, why=why
+            )
 
     @property
     def local_pool_size(self) -> int:

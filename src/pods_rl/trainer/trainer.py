@@ -42,6 +42,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
 
+from pods_rl.config_rules import check_allocation_wired
 from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
@@ -92,6 +93,7 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
+        check_allocation_wired(args.rollout_allocation)
         if args.dynamic_sampling and (tools or environment_factory is not None):
             raise ValueError("dynamic_sampling supports neither tools nor environment_factory.")
         if train_dataset is None:

@@ -16,8 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from pods_rl.run.compare_summary import BRACKET_VERDICTS, bracket_text
-from pods_rl.run.statistics import compare_to_baseline
+from pods_rl.compare.measures import BRACKET_VERDICTS, bracket_text
+from pods_rl.compare.statistics import compare_to_baseline
 
 
 def interval(figure: dict, scale: float, unit: str, signed: bool) -> str:

@@ -291,16 +291,9 @@ def compare(
     ] = None,
 ) -> None:
     """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
-    from pods_rl.run.compare import (
-        ArmFailed,
-        default_compare_dir,
-        extend_on_resume,
-        load_compare,
-        plan_table,
-        report_comparison,
-        resolve_compare,
-    )
-    from pods_rl.run.compare import run_comparison as run_arms
+    from pods_rl.compare.runner import ArmFailed, plan_table, report_comparison
+    from pods_rl.compare.runner import run_comparison as run_arms
+    from pods_rl.compare.settings import default_compare_dir, extend_on_resume, load_compare, resolve_compare
 
     try:
         named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
@@ -315,7 +308,7 @@ def compare(
             typer.echo("\n".join(comparison["summary"]))
             return
         if status is not None:
-            from pods_rl.run.compare_status import comparison_progress, progress_tables
+            from pods_rl.compare.status import comparison_progress, progress_tables
 
             progress = comparison_progress(status)
             for table in progress_tables(progress):

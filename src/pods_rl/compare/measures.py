@@ -1,6 +1,6 @@
 """The measures of a comparison: from each arm's per-seed records to the numbers comparison.json holds.
 
-The statistics themselves are in `pods_rl.run.statistics`; this module decides which curves they see (the
+The statistics themselves are in `pods_rl.compare.statistics`; this module decides which curves they see (the
 evaluations of each seed, on the comparison's metric), the one target, the step costs and the warnings.
 Definitions (also written into comparison.json): `DEFINITIONS`.
 """
@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pods_rl.machine import machine_label
-from pods_rl.run.cost_model import PHASES, CostModel, when_pods_pays
-from pods_rl.run.statistics import (
+from pods_rl.compare.cost_model import PHASES, CostModel, when_pods_pays
+from pods_rl.compare.statistics import (
     LEVEL,
     WIDE_BRACKET,
     band,
@@ -25,9 +24,10 @@ from pods_rl.run.statistics import (
     resolution_warnings,
     time_to_target,
 )
+from pods_rl.machine import machine_label
 
 if TYPE_CHECKING:
-    from pods_rl.run.compare import CompareSettings
+    from pods_rl.compare.settings import CompareSettings
 
 COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_trained")
 # What dynamic sampling's refills did, per step (logged by arms with `dynamic_sampling` only).

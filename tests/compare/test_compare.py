@@ -10,11 +10,15 @@ from typer.testing import CliRunner
 
 import pods_rl.versions
 from pods_rl.cli import app
-from pods_rl.run import compare, compare_report, compare_summary
-from pods_rl.run.compare import plan_table, resolve_compare
-from pods_rl.run.compare_report import comparison_markdown, write_comparison
-from pods_rl.run.compare_summary import summarize
-from pods_rl.run.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
+from pods_rl.compare import measures as compare_summary
+from pods_rl.compare import render as compare_report
+from pods_rl.compare import runner as compare_runner
+from pods_rl.compare import settings as settings_module
+from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
+from pods_rl.compare.measures import summarize
+from pods_rl.compare.render import comparison_markdown, write_comparison
+from pods_rl.compare.runner import plan_table
+from pods_rl.compare.settings import resolve_compare
 
 runner = CliRunner()
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -425,11 +429,11 @@ def _fake_pods_train(calls: list[tuple[str, float, int]]):
 
 def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every_run(tmp_path, monkeypatch):
     calls: list[tuple[str, float, int]] = []
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train(calls))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", _fake_pods_train(calls))
     grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
     settings = resolve_compare(None, [grid], only=["grpo", "pods"])
     out = tmp_path / "cmp"
-    comparison = compare.run_comparison(settings, out, console=Console(quiet=True))
+    comparison = compare_runner.run_comparison(settings, out, console=Console(quiet=True))
     tuning = [(arm, rate, 7) for arm in ("grpo", "pods") for rate in grid["lr_grid"]]
     assert calls == [*tuning, ("grpo", 2e-5, 0), ("pods", 4e-5, 0), ("grpo", 2e-5, 1), ("pods", 4e-5, 1)]
     chosen = comparison["learning_rates"]["arms"]
@@ -448,7 +452,9 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
         "'lr_grid=[...]') before reading the arms as tuned."
     ]
 
-    again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
+    again = compare_runner.run_comparison(
+        settings_module.load_compare(out), out, resume=True, console=Console(quiet=True)
+    )
     assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
 
     # Widening the grid on resume trains only the new rate's tuning runs; the choices hold, so every reported run
@@ -460,15 +466,15 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
     widened = json.loads((out / "comparison.json").read_text())
     assert widened["learning_rates"]["arms"]["pods"]["mean_accuracy"]["8e-05"] == pytest.approx(0.5125)
     assert not [w for w in widened["warnings"] if "lr_grid" in w]
-    assert compare.load_compare(out).lr_grid == [1e-5, 2e-5, 4e-5, 8e-5]
+    assert settings_module.load_compare(out).lr_grid == [1e-5, 2e-5, 4e-5, 8e-5]
 
 
 def test_resume_may_only_add_rates_and_seeds():
     saved = resolve_compare(None, [{"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1]}])
-    grown, changes = compare.extend_on_resume(saved, [{"seeds": [0, 1, 2], "tuning_seeds": [7, 8]}], where="r")
+    grown, changes = settings_module.extend_on_resume(saved, [{"seeds": [0, 1, 2], "tuning_seeds": [7, 8]}], where="r")
     assert (grown.seeds, grown.tuning_seeds) == ([0, 1, 2], [7, 8])
     assert changes == {"seeds": ([0, 1], [0, 1, 2]), "tuning_seeds": ([7], [7, 8])}
-    assert compare.extend_on_resume(saved, [], where="r")[1] == {}
+    assert settings_module.extend_on_resume(saved, [], where="r")[1] == {}
     for override, key in (
         ({"lr_grid": [1e-5, 4e-5]}, "lr_grid"),  # drops 2e-5, whose runs are finished
         ({"seeds": [1]}, "seeds"),
@@ -476,10 +482,10 @@ def test_resume_may_only_add_rates_and_seeds():
         ({"arms": {"pods": {"rule": "random"}}}, "arms.pods.rule"),
     ):
         with pytest.raises(ValueError, match=rf"r: cannot change {key}: a resumed comparison keeps its settings"):
-            compare.extend_on_resume(saved, [override], where="r")
+            settings_module.extend_on_resume(saved, [override], where="r")
     untuned = resolve_compare(None, [{"seeds": [0]}])
     with pytest.raises(ValueError, match="cannot change lr_grid, tuning_seeds"):
-        compare.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")
+        settings_module.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")
 
 
 def test_resume_refuses_a_subset_of_arms(tmp_path):
@@ -563,12 +569,14 @@ def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():
 
 
 def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_path, monkeypatch):
-    from pods_rl.run.compare_status import RunProgress, comparison_progress, progress_tables
+    from pods_rl.compare.status import RunProgress, comparison_progress, progress_tables
 
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", _fake_pods_train([]))
     grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     # As a sitting stopped after pods's tuning leaves it: grpo at 4e-5 and every reported run still to train.
     pending = [
         out / "tuning" / "grpo" / "lr-4e-05" / "seed-7",
@@ -627,19 +635,21 @@ def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_p
 
 
 def test_report_writes_an_interim_comparison_of_the_seeds_whose_every_arm_finished(tmp_path, monkeypatch):
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", _fake_pods_train([]))
     grid = {"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1, 2], "n": 4, "m": 2, "prompts_per_step": 2}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     full = json.loads((out / "comparison.json").read_text())
     quiet = Console(quiet=True)
     # With every seed finished, --report writes what the run wrote.
-    compare.report_comparison(out, console=quiet)
+    compare_runner.report_comparison(out, console=quiet)
     assert json.loads((out / "comparison.json").read_text()) == full
     assert full["seeds_left"] == [] and not full["warnings"][0].startswith("Interim")
 
     (out / "pods" / "seed-1" / "summary.json").unlink()  # seed 1's pods run is unfinished: seeds 0 and 2 report
-    interim = compare.report_comparison(out, console=quiet)
+    interim = compare_runner.report_comparison(out, console=quiet)
     assert interim["settings"]["seeds"] == [0, 2] and interim["seeds_left"] == [1]
     assert interim["arms"]["pods"]["runs"] == ["pods/seed-0", "pods/seed-2"]
     assert len(interim["arms"]["pods"]["vs_baseline"]["speedup_per_seed"]) == 2
@@ -662,10 +672,10 @@ def test_report_writes_an_interim_comparison_of_the_seeds_whose_every_arm_finish
     for seed in (0, 2):
         (out / "grpo" / f"seed-{seed}" / "summary.json").unlink()
     with pytest.raises(ValueError, match=r"no seed has finished every arm yet; `pods compare --resume"):
-        compare.report_comparison(out, console=quiet)
+        compare_runner.report_comparison(out, console=quiet)
     (out / "tuning" / "grpo" / "lr-2e-05" / "seed-7" / "summary.json").unlink()
     with pytest.raises(ValueError, match=r"1 of 4 tuning runs have not finished, so the learning rates are not"):
-        compare.report_comparison(out, console=quiet)
+        compare_runner.report_comparison(out, console=quiet)
 
 
 def _cells(text: str, label: str) -> list[str]:
@@ -680,12 +690,14 @@ def _cells(text: str, label: str) -> list[str]:
 def test_a_vllm_comparison_is_read_where_vllm_is_missing_but_resumed_only_with_it(tmp_path, monkeypatch):
     import pods_rl.versions
 
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", _fake_pods_train([]))
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
     shape = {"lr_grid": [1e-5], "tuning_seeds": [7], "seeds": [0], "n": 4, "m": 2, "prompts_per_step": 2}
     shape["trainer"] = {"use_vllm": True}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [shape], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [shape], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     written = (out / "comparison.md").read_text()
 
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: False)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pods_rl.run.statistics import (
+from pods_rl.compare.statistics import (
     SeedSpeedup,
     TimeToTarget,
     band,

@@ -1,4 +1,4 @@
-"""The outputs of a comparison, from the dict `compare_summary.summarize` returns: comparison.json (raw per-seed
+"""The outputs of a comparison, from the dict `measures.summarize` returns: comparison.json (raw per-seed
 data included), comparison.md, comparison.png and the console's rich tables."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import matplotlib
 import numpy as np
 from rich.table import Table
 
-from pods_rl.run.compare_summary import COUNTS, bracket_text, tuning_machines
-from pods_rl.run.cost_model import PHASES
+from pods_rl.compare.cost_model import PHASES
+from pods_rl.compare.measures import COUNTS, bracket_text, tuning_machines
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -79,7 +79,7 @@ def speedup_text(arm: dict[str, Any]) -> str:
 
 
 def brackets_text(arm: dict[str, Any]) -> str:
-    """The speedups the brackets alone allow, interpolating inside none (`compare_summary.bracket_text`)."""
+    """The speedups the brackets alone allow, interpolating inside none (`measures.bracket_text`)."""
     return _versus_cell(arm, "speedup_by_brackets", bracket_text)
 
 

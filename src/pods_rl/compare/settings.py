@@ -53,7 +53,8 @@ def default_compare_settings(model: str = "tiny", task: str = "arithmetic") -> d
             "m": 4,
             "prompts_per_step": 16,  # as the default run: 64 trained rows / m = 4
             "seeds": [0, 1, 2],
-            "target": 0.99,
+            "target_gain": 0.75,
+            "target_gains": [0.5, 0.75, 0.9],
             "target_accuracy": None,
             "metric": "accuracy",
             "baseline": "grpo",
@@ -71,28 +72,55 @@ class CompareSettings:
     n: int
     m: int
     prompts_per_step: int
-    target: float
     baseline: str
-    target_accuracy: float | None = None  # an absolute target; replaces `target` x the baseline's peak when set
+    # The target: this fraction of the baseline's gain, from its accuracy before training to its plateau (the mean
+    # curve over the last quarter of the window); the verdicts are drawn there. `target_gains`: the fractions every
+    # speedup is also reported at. `target_accuracy`: an absolute target instead of `target_gain`, when set.
+    target_gain: float = 0.75
+    target_gains: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
+    target_accuracy: float | None = None
     metric: str = "accuracy"
     lr_grid: list[float] | None = None  # each arm's learning rate is chosen from these on the tuning seeds
     tuning_seeds: list[int] | None = None
-    # Not a setting: whether the arms are checked against this environment (vLLM installed, the process count,
-    # TRL's config). A folder that is only read (--report, --status) needs neither, nor TRL.
+    # Step costs to project the steps to target onto (pods_rl.compare.cost_model.StepCost fields), besides the
+    # built-in references; they change no run, so --resume may change them.
+    cost_models: list[dict[str, Any]] | None = None
+    # Not settings: whether the arms are checked against this environment (vLLM installed, the process count,
+    # TRL's config; a folder that is only read, by --report or --status, needs neither, nor TRL), and the target of a
+    # folder started before `target_gain` (a fraction of the baseline's peak), which its report names.
     environment_checks: bool = field(default=True, repr=False)
+    legacy_target: float | None = field(default=None, repr=False)
 
     @classmethod
     def from_dict(
-        cls, data: dict[str, Any], *, where: str = "compare settings", environment_checks: bool = True
+        cls,
+        data: dict[str, Any],
+        *,
+        where: str = "compare settings",
+        environment_checks: bool = True,
+        saved: bool = False,
     ) -> CompareSettings:
+        """`saved`: the settings of an existing folder, which may hold the old `target` (a fraction of the
+        baseline's peak): kept aside to be named in the report, not used."""
+        data = dict(data)
+        legacy = data.pop("target", None)
+        if legacy is not None and not saved:
+            raise ValueError(
+                f"{where}: 'target' (a fraction of the baseline's peak) is replaced by 'target_gain', a fraction of "
+                "the baseline's gain from its start to its plateau (e.g. target_gain: 0.75), or 'target_accuracy'."
+            )
         names = [f.name for f in fields(cls) if f.name not in NOT_SETTINGS]
         values = {name: data[name] for name in names if name in data}
-        required = [f.name for f in fields(cls) if f.name not in NOT_SETTINGS and f.default is MISSING]
+        required = [
+            f.name
+            for f in fields(cls)
+            if f.name not in NOT_SETTINGS and f.default is MISSING and f.default_factory is MISSING
+        ]
         missing = sorted(set(required) - set(values))
         if missing:
             raise ValueError(f"{where}: missing key(s) {missing}.")
         base = {k: v for k, v in data.items() if k not in names}
-        settings = cls(base=base, **values, environment_checks=environment_checks)
+        settings = cls(base=base, **values, environment_checks=environment_checks, legacy_target=legacy)
         settings.check(where)
         return settings
 
@@ -103,8 +131,16 @@ class CompareSettings:
             raise ValueError(f"{where}: prompts_per_step must be a positive integer, got {self.prompts_per_step!r}.")
         if not self.seeds or not all(isinstance(s, int) for s in self.seeds):
             raise ValueError(f"{where}: seeds must be a non-empty list of integers, got {self.seeds!r}.")
-        if not isinstance(self.target, (int, float)) or not 0 < self.target <= 1:
-            raise ValueError(f"{where}: target must be a fraction in (0, 1], got {self.target!r}.")
+        gains = self.target_gains
+        if not isinstance(gains, list) or not all(_fraction(g) for g in [self.target_gain, *gains]):
+            raise ValueError(
+                f"{where}: target_gain and target_gains must be fractions of the baseline's gain in (0, 1], got "
+                f"{self.target_gain!r} and {gains!r}."
+            )
+        if self.cost_models is not None:
+            from pods_rl.compare.cost_model import StepCost
+
+            StepCost.check_all(self.cost_models, where)
         absolute = self.target_accuracy
         if absolute is not None and (isinstance(absolute, bool) or not isinstance(absolute, (int, float))):
             raise ValueError(f"{where}: target_accuracy must be an accuracy in (0, 1] or null, got {absolute!r}.")
@@ -185,7 +221,11 @@ class CompareSettings:
         return {**self.base, **{k: v for k, v in asdict(self).items() if k not in NOT_SETTINGS}}
 
 
-NOT_SETTINGS = ("base", "environment_checks")  # CompareSettings fields that compare.yaml does not hold as keys
+NOT_SETTINGS = ("base", "environment_checks", "legacy_target")  # CompareSettings fields compare.yaml does not hold
+
+
+def _fraction(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
 
 
 def _reject_derived(trainer: dict[str, Any], where: str, *, allow_batch: bool = False) -> None:
@@ -226,6 +266,7 @@ def default_compare_dir(settings: CompareSettings) -> Path:
 
 
 GROWABLE = ("lr_grid", "tuning_seeds", "seeds")
+FREE_ON_RESUME = ("cost_models",)  # change no run
 
 
 def extend_on_resume(
@@ -244,7 +285,8 @@ def extend_on_resume(
     refused = [
         key
         for key, (old, new) in changes.items()
-        if key not in GROWABLE or not isinstance(old, list) or not set(old) <= set(new or [])
+        if key.split(".")[0] not in FREE_ON_RESUME
+        and (key not in GROWABLE or not isinstance(old, list) or not set(old) <= set(new or []))
     ]
     if refused:
         raise ValueError(
@@ -261,4 +303,6 @@ def load_compare(output_dir: Path, option: str = "--resume") -> CompareSettings:
     path = Path(output_dir) / COMPARE_FILE
     if not path.exists():
         raise ValueError(f"{option} {output_dir}: no comparison there ({COMPARE_FILE} is missing).")
-    return CompareSettings.from_dict(read_yaml(path), where=str(path), environment_checks=option == "--resume")
+    return CompareSettings.from_dict(
+        read_yaml(path), where=str(path), environment_checks=option == "--resume", saved=True
+    )

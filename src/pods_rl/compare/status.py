@@ -24,8 +24,8 @@ from pods_rl.compare.layout import (
     tuning_records,
     tuning_runs,
 )
-from pods_rl.compare.measures import choose_learning_rates, tuning_warnings, window_accuracy
 from pods_rl.compare.settings import CompareSettings, load_compare
+from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings, window_accuracy
 from pods_rl.machine import machine_label
 
 

@@ -16,7 +16,15 @@ import argparse
 import json
 from pathlib import Path
 
-from pods_rl.compare.measures import arm_versus, curves_of, decide, difference_text, speedup_text, target_text
+from pods_rl.compare.measures import (
+    arm_versus,
+    curves_of,
+    decide,
+    difference_text,
+    speedup_text,
+    target_text,
+    verdict_text,
+)
 from pods_rl.compare.statistics import Target
 
 
@@ -62,11 +70,11 @@ def main() -> None:
         per_seed = ", ".join(f"{100 * d:+.1f}" for d in figures["mean_accuracy_difference_per_seed"])
         cells = [
             speedup_text(figures["time_to_target"]),
-            f"{verdicts['time_to_target']} (Holm p {adjusted['time_to_target']:.3f})",
+            verdict_text(verdicts["time_to_target"], adjusted["time_to_target"]),
             speedup_text(figures["steps_to_target"]),
-            f"{verdicts['steps_to_target']} (Holm p {adjusted['steps_to_target']:.3f})",
+            verdict_text(verdicts["steps_to_target"], adjusted["steps_to_target"]),
             difference_text(figures["mean_accuracy_difference"]),
-            f"{verdicts['mean_accuracy']} (Holm p {adjusted['mean_accuracy']:.3f})",
+            verdict_text(verdicts["mean_accuracy"], adjusted["mean_accuracy"]),
             per_seed,
         ]
         print(f"| {other} | " + " | ".join(cells) + " |")

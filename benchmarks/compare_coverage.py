@@ -35,8 +35,10 @@ TRUTHS = {
 }
 
 
-def old_method(design: Design, truth: Truth, comparisons: int, seed: int = 0) -> tuple[float, float, int]:
-    """(coverage, share resolved, comparisons with a defined truth) of the method before issue 44."""
+def old_method(design: Design, truth: Truth, comparisons: int, seed: int = 0) -> tuple[float | None, float | None, int]:
+    """(coverage, share resolved, comparisons with a defined truth) of the method before issue 44; the target at or
+    above the baseline's plateau (its noiseless curve never reaches it) leaves the truth of a higher plateau
+    undefined, and that comparison out."""
     generator = np.random.default_rng(seed)
     covered = resolved = counted = 0
     for _ in range(comparisons):
@@ -57,6 +59,8 @@ def old_method(design: Design, truth: Truth, comparisons: int, seed: int = 0) ->
         low, high = math.exp(logs.mean() - half), math.exp(logs.mean() + half)
         covered += low <= true <= high
         resolved += low > 1 or high < 1
+    if not counted:
+        return None, None, 0
     return covered / counted, resolved / counted, counted
 
 
@@ -90,8 +94,8 @@ def coverage_table(comparisons: int) -> Table:
                     "-" if new.bias is None else f"{new.bias:+.3f}",
                     f"{new.unbounded:.2f}",
                     f"{new.window_resolved:.3f}" if truth.speedup == 1 and not truth.higher_plateau else "",
-                    f"{old_coverage:.3f}",
-                    f"{old_resolved:.3f}",
+                    "-" if old_coverage is None else f"{old_coverage:.3f}",
+                    "-" if old_resolved is None else f"{old_resolved:.3f}",
                 )
             table.add_section()
     return table

@@ -1,5 +1,7 @@
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,14 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert projections["H200 (0.5B)"]["step_cost_ratio"] == pytest.approx(9.58256 / 8.64848)
     assert projections["paper (L40S)"]["high"] is None  # the steps interval is open, and so is its projection
     assert pool["vs_baseline"]["projections"]["paper (L40S)"]["step_cost_ratio"] is None  # trains 4x the rows
+    # A user's step cost (cost_models), at 8 trained rollouts for the baseline (2x its 4): grpo 2 + 0.01 x 8 +
+    # 0.02 x 8 = 2.24 s, pods 2 + 0.01 x 32 + 0.02 x 8 = 2.48 s.
+    settings.cost_models = [
+        {"name": "my GPU", "per_step": 2.0, "per_generated": 0.01, "per_trained": 0.02, "trained_per_step": 8}
+    ]
+    mine = summarize(settings, records)["arms"]["pods"]["vs_baseline"]["projections"]["my GPU"]
+    assert mine["step_cost_ratio"] == pytest.approx(2.48 / 2.24) and mine["source"] == "given in the settings"
+    settings.cost_models = None
     assert grpo["vs_baseline"] is None
     assert pods["peak_accuracy"] == {"mean": 0.7, "std": 0.0, "min": 0.7, "max": 0.7, "per_seed": [0.7, 0.7]}
     assert grpo["peak_accuracy"]["std"] == pytest.approx(0.0707107, rel=1e-5)
@@ -199,6 +209,41 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert (tmp_path / "comparison.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["arms"]["pods"]["evaluations"] == [run["eval"] for run in records["pods"]]  # the raw per-seed data
+
+
+def test_one_seed_and_a_censored_baseline_are_reported_without_a_false_figure(tmp_path):
+    """One seed gave '95% interval 0.00-∞x' (0.0 where None was meant) and crashed arm_vs_arms.py; the censoring
+    warning named the arm's bound for the baseline. Now: no interval, no verdict, strict JSON, the baseline named."""
+    settings = resolve_compare(None, [{"n": 4, "m": 2, "prompts_per_step": 2, "seeds": [0]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "pods")}
+    times = [0, 10, 20, 30, 40]
+    records = {
+        "grpo": [synthetic_run(times, [0.2, 0.4, 0.6, 0.6, 0.5], 4, 4)],
+        "pods": [synthetic_run(times, [0.2, 0.6, 0.7, 0.7, 0.7], 8, 4)],
+    }
+    comparison = summarize(settings, records)
+    versus = comparison["arms"]["pods"]["vs_baseline"]
+    assert (versus["time_to_target"]["low"], versus["time_to_target"]["high"]) == (0.0, None)
+    assert versus["time_to_target"]["least_p_value"] == 1.0 and versus["mean_accuracy_difference"]["low"] is None
+    assert comparison["verdicts"]["pods"] == dict.fromkeys(
+        ("time_to_target", "steps_to_target", "mean_accuracy"), "not resolved"
+    )
+    assert "(no interval from one seed)" in comparison["summary"][0]
+    write_comparison(tmp_path, comparison)  # strict JSON: raises on NaN or Infinity
+    saved = json.loads((tmp_path / "comparison.json").read_text())
+    script = Path(__file__).parents[2] / "benchmarks" / "arm_vs_arms.py"
+    shown = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "| grpo | " in shown.stdout and "(no interval from one seed)" in shown.stdout
+    # A baseline seed that never reaches an absolute target: the warning names the baseline as such.
+    absolute = resolve_compare(None, [{"n": 4, "m": 2, "prompts_per_step": 2, "seeds": [0], "target_accuracy": 0.65}])
+    absolute.arms = settings.arms
+    warnings = summarize(absolute, records)["warnings"]
+    assert (
+        "grpo (the baseline): 1 of 1 seed(s) never reached the target; the speedup tests rank such a run after every "
+        "run that reached it, and a seed where neither arm reached it counts for neither." in warnings
+    )
+    assert saved["target"]["fraction"] == 0.75
 
 
 def test_summarize_prices_dynamic_samplings_refills():
@@ -309,6 +354,10 @@ def test_dynamic_sampling_arms(tmp_path):
         ({"n": 4, "m": 8}, "2 <= m <= n"),
         ({"arms": {"x": {"trainer": {"no_such_field": 1}}}}, "unknown key trainer.no_such_field"),
         ({"prompts_per_step": 3, "trainer": {"gradient_accumulation_steps": 2}, "m": 3}, "micro-batches"),
+        ({"target": 0.99}, r"'target' \(a fraction of the baseline's peak\) is replaced by 'target_gain'"),
+        ({"target_gain": 1.5}, "fractions of the baseline's gain in"),
+        ({"target_gains": [0.5, 0]}, "fractions of the baseline's gain in"),
+        ({"cost_models": [{"name": "gpu", "per_step": 1.0}]}, "is not a step cost"),
     ],
 )
 def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
@@ -318,7 +367,7 @@ def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
         resolve_compare(config, [])
 
 
-def test_bad_model_fails_before_anysynthetic_run(tmp_path):
+def test_bad_model_fails_before_any_run(tmp_path):
     result = runner.invoke(app, ["compare", "--model", "no-such-model", "--output-dir", str(tmp_path / "cmp")])
     assert result.exit_code == 2 and "Unknown model" in result.output
     assert not (tmp_path / "cmp").exists()
@@ -407,7 +456,7 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}
 
 
-def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_everysynthetic_run(tmp_path, monkeypatch):
+def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every_run(tmp_path, monkeypatch):
     calls: list[tuple[str, float, int]] = []
     monkeypatch.setattr(compare_runner, "_train_in_subprocess", fake_pods_train(calls))
     grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
@@ -460,9 +509,13 @@ def test_resume_may_only_add_rates_and_seeds():
         ({"seeds": [1]}, "seeds"),
         ({"time_budget": 30.0}, "time_budget"),
         ({"arms": {"pods": {"rule": "random"}}}, "arms.pods.rule"),
+        ({"target_gain": 0.5}, "target_gain"),  # fixed before the runs are read
     ):
         with pytest.raises(ValueError, match=rf"r: cannot change {key}: a resumed comparison keeps its settings"):
             settings_module.extend_on_resume(saved, [override], where="r")
+    gpu = {"name": "my GPU", "per_step": 2.0, "per_generated": 0.01, "per_trained": 0.02, "trained_per_step": 8}
+    costed, _ = settings_module.extend_on_resume(saved, [{"cost_models": [gpu]}], where="r")  # changes no run
+    assert costed.cost_models == [gpu]
     untuned = resolve_compare(None, [{"seeds": [0]}])
     with pytest.raises(ValueError, match="cannot change lr_grid, tuning_seeds"):
         settings_module.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")

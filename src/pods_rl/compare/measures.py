@@ -204,11 +204,7 @@ def decide(versus: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, str]]
     for (name, measure), p_value in zip(members, adjusted, strict=True):
         versus[name].setdefault("adjusted_p_values", {})[measure] = p_value
         figure = versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]
-        sign = (
-            figure["estimate"]
-            if measure == "mean_accuracy"
-            else {"faster": 1, "slower": -1}.get(figure["direction"], 0)
-        )
+        sign = figure["estimate"] if measure == "mean_accuracy" else _side(figure)
         up, down = VERDICTS[measure]
         resolved = p_value is not None and p_value <= ALPHA and sign != 0
         verdicts[name][measure] = NOT_RESOLVED if not resolved else up if sign > 0 else down
@@ -220,6 +216,13 @@ def decide(versus: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, str]]
         "members": [f"{name}: {measure}" for name, measure in members],
     }
     return verdicts, family
+
+
+def _side(figure: dict[str, Any]) -> int:
+    """`Speedup.side` of a speedup as comparison.json holds it: +1 (-1) when its interval lies above (below) 1."""
+    if figure["low"] is not None and figure["low"] > 1:
+        return 1
+    return -1 if figure["high"] is not None and figure["high"] < 1 else 0
 
 
 def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -583,7 +586,8 @@ DEFINITIONS = {
     f"over seeds: the mean with a {LEVEL:.0%} Student-t interval and its p-value",
     "verdicts": "per arm against the baseline: time_to_target and steps_to_target faster/slower, mean_accuracy "
     f"higher/lower, when the test's p-value after Holm's adjustment over the family (every arm's three tests) is at "
-    f"most {ALPHA:g}, else not resolved; the intervals are {LEVEL:.0%} per comparison, not adjusted",
+    f"most {ALPHA:g} and, for a speedup, its {LEVEL:.0%} interval lies wholly on that side of 1; else not resolved. "
+    f"The intervals are {LEVEL:.0%} per comparison, not adjusted",
     "sign_across_targets": "faster (or slower) when the time (steps) to target test leans that way at every target "
     "of by_target, else changes",
     "projections": "the steps-to-target speedup x the baseline's step cost / the arm's, with its interval scaled "

@@ -98,7 +98,7 @@ class Outcome:
 
     comparisons: int  # with a defined truth
     coverage: float  # share of intervals that contain the true speedup
-    resolved: float  # share called faster or slower at the 5% level
+    resolved: float  # share called faster or slower: p <= 5% and the interval wholly on one side of 1
     bias: float | None  # median of log(estimate / truth), over the comparisons with an estimate
     unbounded: float  # share of intervals open at one end
     window_resolved: float  # share whose window-mean difference was resolved (its t interval excludes 0)
@@ -119,12 +119,14 @@ def run_method(design: Design, truth: Truth, comparisons: int, seed: int = 0, ga
         result = speedup_test(baseline, arm, target.accuracy)
         high = math.inf if result.high is None else result.high
         covered += result.low is not None and result.low <= true <= high
-        resolved += result.p_value <= ALPHA
+        resolved += result.p_value <= ALPHA and result.side != 0
         unbounded += result.low == 0.0 or result.high is None
         if result.estimate is not None:
             errors.append(math.log(result.estimate / true))
         difference = paired_difference(window_differences(baseline, arm)[1])
         window += difference.p_value is not None and difference.p_value <= ALPHA
+    if not counted:
+        raise ValueError(f"{design.name}: no simulated comparison had a target its baseline's curve reaches")
     return Outcome(
         counted,
         covered / counted,

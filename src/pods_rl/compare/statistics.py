@@ -14,14 +14,16 @@ mean and the per-seed table; the speedup compares the two arms' seeds as two sam
   evaluation (it needed more than that).
 - Speedup (`SPEEDUP_METHOD`): the factor s by which the arm's times to target, multiplied by s, match the
   baseline's. For each candidate s, the arm's evaluation times are multiplied by s; whichever arm's evaluations
-  are denser in that time is thinned to the nearest of the other's spacing (so that both are read at the same
-  resolution and evaluation noise makes neither cross early more often); every run is censored at the common
-  horizon (the shorter of the baseline's and the scaled arm's runs); and a Gehan two-sample statistic (every arm
-  run against every baseline run: +1 when the arm's crossing is earlier, -1 when later, 0 for ties or two runs
-  censored) is referred to its exact permutation distribution over all splits of the runs into two groups. The
-  interval is every s the test does not reject at the 5% level; the estimate is the s it rejects least (largest
-  p-value); the p-value is the test at s = 1. Censored runs rank after every run that reached
-  the target and tie with each other: a seed where neither arm reached the target counts for neither.
+  are denser in that time is thinned to the nearest of the other's spacing, by at most a factor THIN_AT_MOST (so
+  that both are read at the same resolution and evaluation noise makes neither cross early more often); every run
+  is censored at the common horizon (the shorter of the baseline's and the scaled arm's runs); and a Gehan
+  two-sample statistic (every arm run against every baseline run: +1 when the arm's crossing is earlier, -1 when
+  later, 0 for ties or two runs censored) is referred to its exact permutation distribution over all splits of the
+  runs into two groups. The interval is every s the test does not reject at the 5% level; the estimate is where
+  the statistic changes sign (nearest to 1, on the side the test leans to there); the p-value is the test at
+  s = 1. Censored runs rank after every run that reached the target and tie with each other: a seed where neither
+  arm reached the target counts for neither. Its coverage is checked by simulation (`pods_rl.compare.simulation`,
+  benchmarks/compare_coverage.py).
 - Mean accuracy over the window: the area under the linearly interpolated curve from the first evaluation to the
   end of the shorter run of the pair, divided by the window's length; the paired difference has a Student-t
   interval and p-value.
@@ -49,11 +51,14 @@ SAMPLED_SPLITS = 5_000  # beyond: this many random splits (and the observed one)
 SEARCH = (1 / 64, 64)  # the speedups the test is scanned over; an interval reaching an end is open there
 SCAN_STEP = 2 ** (1 / 8)  # between scanned speedups (9%)
 BISECTIONS = 5  # halvings of a SCAN_STEP bracket: an interval end to 0.3%
+# The denser grid is thinned by at most this factor: far from the truth the test rejects without it, and a grid thinned
+# further keeps little more than a run's start and end, which say nothing about a curve that rises and falls.
+THIN_AT_MOST = 4.0
 
 SPEEDUP_METHOD = (
     "two-sample permutation test of a time-scale factor s (Gehan statistic on the interpolated crossings, every run "
-    "censored at the common horizon, the denser evaluation grid thinned to the other's spacing in scaled time), "
-    f"inverted for a {LEVEL:.0%} interval; the estimate is the speedup with the largest p-value"
+    "censored at the common horizon, the denser evaluation grid thinned to the other's spacing in scaled time, at "
+    f"most {THIN_AT_MOST:g}x), inverted for a {LEVEL:.0%} interval; the estimate is where the statistic changes sign"
 )
 
 Curve = tuple[Sequence[float], Sequence[float]]  # one run's evaluations: (seconds or steps, accuracies)
@@ -266,7 +271,8 @@ class _ScaleTest:
             keep = np.broadcast_to(np.isfinite(times), scaled.shape).copy()
             thin = (reference > own * (1 + 1e-9)) & (reference > 0)
             if thin.any() and times.shape[1] > 1:
-                keep[thin] = _thinned(scaled[thin], lengths, reference[thin])
+                spacing = np.minimum(reference[thin], THIN_AT_MOST * own[thin])
+                keep[thin] = _thinned(scaled[thin], lengths, spacing)
             parts.append(_crossings(scaled, np.broadcast_to(values, scaled.shape), keep, self.target))
         return np.concatenate(parts, axis=1)
 
@@ -306,6 +312,14 @@ class Speedup:
     reached: dict[str, int]  # runs that reached the target, per arm ("arm", "baseline")
     seeds: int
     least_p_value: float  # the smallest p-value this many runs can give (under ALPHA: a difference is resolvable)
+
+    @property
+    def side(self) -> int:
+        """+1 when the whole interval lies above 1 (the arm faster), -1 below, else 0. The test rejecting s = 1 is not
+        enough: where the accepted speedups lie on both sides of 1 the interval spans it, and no side is claimed."""
+        if self.low is not None and self.low > 1:
+            return 1
+        return -1 if self.high is not None and self.high < 1 else 0
 
 
 def speedup_test(baseline: Sequence[Curve], arm: Sequence[Curve], target: float) -> Speedup:

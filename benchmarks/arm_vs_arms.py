@@ -1,10 +1,10 @@
-"""One arm of a finished comparison against every other arm, paired by seed, at the comparison's own target.
+"""One arm of a finished comparison against every other arm, at the comparison's own target.
 
 comparison.md measures every arm against one baseline (GRPO); a reader choosing between PODS and an alternative
 needs PODS against each of them. This reads comparison.json (no training) and applies the report's measures with
-each other arm in turn as the baseline: speedup to the target (geometric mean, 95% t interval), what the brackets
-alone allow of it (no interpolation between evaluations), and the difference in mean accuracy over the window (95% t
-interval), with the per-seed differences.
+each other arm in turn as the baseline: time and steps to the target (the report's permutation test, 95% interval),
+and the difference in mean accuracy over the window (95% t interval) with the per-seed differences. The verdicts are
+Holm-adjusted over this table's own family (three tests per other arm).
 
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-3term-epyc
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-sums --arm pods-ds
@@ -16,16 +16,16 @@ import argparse
 import json
 from pathlib import Path
 
-from pods_rl.run.compare_summary import BRACKET_VERDICTS, bracket_text
-from pods_rl.run.statistics import compare_to_baseline
-
-
-def interval(figure: dict, scale: float, unit: str, signed: bool) -> str:
-    """'1.82x (1.07-3.09x)' or '+3.1 (-4.0 to +10.1)'."""
-    fmt = "{:+.1f}" if signed else "{:.2f}"
-    low, high = fmt.format(scale * figure["low"]), fmt.format(scale * figure["high"])
-    joined = f"{low} to {high}" if signed else f"{low}-{high}{unit}"
-    return f"{fmt.format(scale * figure['estimate'])}{unit} ({joined})"
+from pods_rl.compare.measures import (
+    arm_versus,
+    curves_of,
+    decide,
+    difference_text,
+    speedup_text,
+    target_text,
+    verdict_text,
+)
+from pods_rl.compare.statistics import Target
 
 
 def main() -> None:
@@ -34,32 +34,51 @@ def main() -> None:
     parser.add_argument("--arm", default="pods", help="the arm measured against every other (default: pods)")
     args = parser.parse_args()
     comparison = json.loads((args.folder / "comparison.json").read_text())
-    metric, target = comparison["metric"], comparison["target"]["accuracy"]
+    metric, saved = comparison["metric"], comparison["target"]
+    if saved is None:
+        raise SystemExit(f"{args.folder}: its comparison has no target (no baseline, or the baseline gained nothing)")
+    fields = ("accuracy", "fraction", "base", "plateau")
+    target = Target(*(saved[key] for key in fields))
+    targets = [Target(*(t[key] for key in fields)) for t in comparison["targets"]]
+    runs = {
+        name: [{"eval": evaluations} for evaluations in arm["evaluations"]] for name, arm in comparison["arms"].items()
+    }
     curves = {
-        name: [([e["train_seconds"] for e in run], [e[metric] for e in run]) for run in arm["evaluations"]]
-        for name, arm in comparison["arms"].items()
+        name: {"seconds": curves_of(records, metric, "train_seconds"), "steps": curves_of(records, metric, "step")}
+        for name, records in runs.items()
     }
     if args.arm not in curves:
         raise SystemExit(f"no arm {args.arm!r} in {args.folder}: it has {', '.join(curves)}")
-    print(f"{args.arm} against every arm, target {100 * target:.1f}% ({metric})\n")
-    columns = ["speedup (95% t interval)", "faster on", "censored (other arm)", "by the brackets alone"]
-    columns += ["Δ window mean, points (95% t interval)", "per seed, points"]
+    versus = {
+        other: arm_versus(curves[other], curves[args.arm], target, targets) for other in curves if other != args.arm
+    }
+    _, family = decide(versus)
+    print(f"{args.arm} against every arm; target {target_text(target, saved['baseline'])} ({metric})\n")
+    columns = [
+        "time to target",
+        "verdict",
+        "steps to target",
+        "verdict",
+        "Δ window mean",
+        "verdict",
+        "per seed, points",
+    ]
     print(f"| {args.arm} against | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
-    for other in curves:
-        if other == args.arm:
-            continue
-        versus = compare_to_baseline(curves[other], curves[args.arm], target)
-        speedup = "undefined" if versus["speedup"] is None else interval(versus["speedup"], 1, "x", signed=False)
-        seeds = len(versus["speedup_per_seed"])
-        per_seed = ", ".join(f"{100 * d:+.1f}" for d in versus["mean_accuracy_difference_per_seed"])
-        window = interval(versus["mean_accuracy_difference"], 100, "", signed=True)
-        brackets = versus["speedup_by_brackets"]
-        grid = "-" if brackets is None else f"{bracket_text(brackets)}: {BRACKET_VERDICTS[brackets['resolved']]}"
-        print(
-            f"| {other} | {speedup} | {versus['seeds_faster']} of {seeds} | {versus['censored']['baseline']} "
-            f"| {grid} | {window} | {per_seed} |"
-        )
+    for other, figures in versus.items():
+        verdicts, adjusted = figures["verdicts"], figures["adjusted_p_values"]
+        per_seed = ", ".join(f"{100 * d:+.1f}" for d in figures["mean_accuracy_difference_per_seed"])
+        cells = [
+            speedup_text(figures["time_to_target"]),
+            verdict_text(verdicts["time_to_target"], adjusted["time_to_target"]),
+            speedup_text(figures["steps_to_target"]),
+            verdict_text(verdicts["steps_to_target"], adjusted["steps_to_target"]),
+            difference_text(figures["mean_accuracy_difference"]),
+            verdict_text(verdicts["mean_accuracy"], adjusted["mean_accuracy"]),
+            per_seed,
+        ]
+        print(f"| {other} | " + " | ".join(cells) + " |")
+    print(f"\nHolm's adjustment over this table's {family['tests']} tests; intervals 95% per comparison.")
 
 
 if __name__ == "__main__":

@@ -241,6 +241,23 @@ def main() -> None:
         f"trained rows. s / generated = generate time per generated rollout; s / trained = update time per trained "
         f"rollout. Total {time.perf_counter() - started:.0f} s."
     )
+    console.print(cost_model_entry(results, where))
+
+
+def cost_model_entry(results: dict[str, dict], where: str) -> str:
+    """This machine's step cost as a `cost_models` entry of a comparison's settings (compare.yaml), onto which `pods
+    compare` projects each arm's steps to target: generate + score + select fitted as a line through GRPO's and
+    PODS's rollouts generated, the update taken as proportional to the rows trained (both runs train the same)."""
+    grpo, pods = results["GRPO"], results["PODS"]
+    generation = {name: sum(r[p] for p in PHASES if p != "update") for name, r in results.items()}
+    per_generated = (generation["PODS"] - generation["GRPO"]) / (pods["generated"] - grpo["generated"])
+    per_step = generation["GRPO"] - per_generated * grpo["generated"]
+    per_trained = (grpo["update"] + pods["update"]) / 2 / grpo["trained"]
+    return (
+        "cost_models:  # for compare.yaml: pods compare projects its steps to target onto this step cost\n"
+        f"  - {{name: {where!r}, source: benchmarks/gpu_check.py, per_step: {per_step:.4f}, "
+        f"per_generated: {per_generated:.6f}, per_trained: {per_trained:.6f}, trained_per_step: {grpo['trained']:.0f}}}"
+    )
 
 
 if __name__ == "__main__":

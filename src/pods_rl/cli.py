@@ -286,21 +286,14 @@ def compare(
         typer.Option(
             "--set",
             help="Any other setting as KEY=VALUE: run settings shared by the arms (trainer.learning_rate=1e-4, "
-            "eval.every_seconds=20), comparison keys (target=0.99) or one arm's (arms.pods.trainer.beta=0.04).",
+            "eval.every_seconds=20), comparison keys (target_gain=0.75) or one arm's (arms.pods.trainer.beta=0.04).",
         ),
     ] = None,
 ) -> None:
     """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
-    from pods_rl.run.compare import (
-        ArmFailed,
-        default_compare_dir,
-        extend_on_resume,
-        load_compare,
-        plan_table,
-        report_comparison,
-        resolve_compare,
-    )
-    from pods_rl.run.compare import run_comparison as run_arms
+    from pods_rl.compare.runner import ArmFailed, ComparisonLock, ComparisonStopped, plan_table, report_comparison
+    from pods_rl.compare.runner import run_comparison as run_arms
+    from pods_rl.compare.settings import default_compare_dir, extend_on_resume, load_compare, resolve_compare
 
     try:
         named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
@@ -315,7 +308,7 @@ def compare(
             typer.echo("\n".join(comparison["summary"]))
             return
         if status is not None:
-            from pods_rl.run.compare_status import comparison_progress, progress_tables
+            from pods_rl.compare.status import comparison_progress, progress_tables
 
             progress = comparison_progress(status)
             for table in progress_tables(progress):
@@ -328,6 +321,7 @@ def compare(
                 raise ValueError(
                     "--resume finishes a comparison with its saved settings: drop --config, --output-dir and --arm."
                 )
+            ComparisonLock(resume).check("--resume")  # before the plan: one line when another process trains it
             settings, added = extend_on_resume(load_compare(resume), overrides, where=f"--resume {resume}")
             for key, (old, new) in added.items():
                 line = f"--resume: {key} {old} -> {new} (the finished runs are kept)"
@@ -342,5 +336,8 @@ def compare(
         comparison = run_arms(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
     except (ValueError, ArmFailed) as error:
         _fail(error)
+    except ComparisonStopped as stopped:
+        console.print(f"[bold yellow]{stopped}[/]", highlight=False, soft_wrap=True)
+        raise typer.Exit(128 + stopped.signal_number) from None
     console.print(f"[bold green]done:[/] {output_dir}/comparison.md")
     typer.echo("\n".join(comparison["summary"]))  # one line per arm: speedup, interval, seeds, accuracy

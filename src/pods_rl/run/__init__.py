@@ -1,1 +1,1 @@
-"""Running PODS as a tool: settings, the training run with its monitor, reports and comparisons."""
+"""The training run: settings, folders, the run with its monitor, logs and report (comparisons: `pods_rl.compare`)."""

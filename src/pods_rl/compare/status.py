@@ -15,11 +15,8 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from pods_rl.machine import machine_label
-from pods_rl.run.compare import (
-    CompareSettings,
+from pods_rl.compare.layout import (
     is_finished,
-    load_compare,
     load_run,
     reported_label,
     reported_runs,
@@ -27,7 +24,9 @@ from pods_rl.run.compare import (
     tuning_records,
     tuning_runs,
 )
-from pods_rl.run.compare_summary import choose_learning_rates, tuning_warnings, window_accuracy
+from pods_rl.compare.settings import CompareSettings, load_compare
+from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings, window_accuracy
+from pods_rl.machine import machine_label
 
 
 @dataclass(frozen=True)

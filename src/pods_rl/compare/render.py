@@ -1,10 +1,10 @@
-"""The outputs of a comparison, from the dict `compare_summary.summarize` returns: comparison.json (raw per-seed
+"""The outputs of a comparison, from the dict `measures.summarize` returns: comparison.json (raw per-seed
 data included), comparison.md, comparison.png and the console's rich tables."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +12,30 @@ import matplotlib
 import numpy as np
 from rich.table import Table
 
-from pods_rl.run.compare_summary import COUNTS, bracket_text, tuning_machines
-from pods_rl.run.cost_model import PHASES
+from pods_rl.compare.cost_model import PHASES
+from pods_rl.compare.measures import COUNTS, difference_text, p_text, ratio_text, target_text
+from pods_rl.compare.tuning import tuning_machines
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
 def write_comparison(output_dir: Path, comparison: dict[str, Any]) -> None:
-    (output_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    """comparison.json (strict JSON: no NaN or Infinity), comparison.png and comparison.md."""
+    (output_dir / "comparison.json").write_text(json.dumps(_strict(comparison), indent=2, allow_nan=False))
     plot_comparison(comparison, output_dir / "comparison.png")
     (output_dir / "comparison.md").write_text(comparison_markdown(comparison))
+
+
+def _strict(value: Any) -> Any:
+    """`value` with every non-finite float as None (JSON has neither NaN nor Infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    return value
 
 
 # ---------------------------------------------------------------- cells
@@ -41,84 +54,123 @@ def _peak(arm: dict[str, Any]) -> str:
     return f"{_percent(peak['mean'])} ± {_percent(peak['std'])} ({_percent(peak['min'])}–{_percent(peak['max'])})"
 
 
-def time_text(hit: dict[str, Any]) -> str:
+def time_text(hit: dict[str, Any], unit: str = "") -> str:
     """'15.0 [10, 20]': the interpolated crossing in its bracket; '> 300' for a run that never reached the target."""
     if hit["censored"]:
-        return f"> {hit['crossing']:.0f}"
+        return f"> {hit['crossing']:.0f}{unit}"
     below = "-" if hit["below"] is None else f"{hit['below']:.0f}"
-    return f"{hit['crossing']:.1f} [{below}, {hit['reached']:.0f}]"
+    return f"{hit['crossing']:.1f} [{below}, {hit['reached']:.0f}]{unit}"
 
 
 def seed_speedup_text(speedup: dict[str, Any]) -> str:
-    """'2.00x [1.00, 4.00]'; '≤ 0.50x' where the arm never reached the target, '≥' where the baseline never did."""
-    if speedup["estimate"] is None:
-        return "- (arm met the target untrained)"
-    if speedup["bound"] == "unknown":
-        return "? (neither reached the target)"
-    high = "∞" if speedup["high"] is None else f"{speedup['high']:.2f}"
-    prefix = {"at most": "≤ ", "at least": "≥ "}.get(speedup["bound"], "")
-    return f"{prefix}{speedup['estimate']:.2f}x [{speedup['low']:.2f}, {high}]"
+    """'2.00x [1.00, 4.00], faster': the interpolated ratio where both reached the target, the bounds the brackets
+    allow, and what they decide; 'neither reached' where both runs are censored."""
+    if speedup["verdict"] == "neither reached":
+        return "neither reached"
+    estimate = "" if speedup["estimate"] is None else f"{speedup['estimate']:.2f}x "
+    bounds = f"[{ratio_text(speedup['low'], low=True)}, {ratio_text(speedup['high'])}]"
+    return f"{estimate}{bounds}, {speedup['verdict']}"
 
 
-def _versus_cell(arm: dict[str, Any], figure: str, render: Callable[[dict[str, Any]], str]) -> str:
-    """One figure of the arm against the baseline: 'baseline' for the baseline itself, '-' where it is undefined."""
-    versus = arm["vs_baseline"]
-    if versus is None:
-        return "baseline"
-    return "-" if versus[figure] is None else render(versus[figure])
+def _speedup_cell(figure: dict[str, Any]) -> str:
+    """'1.25x (0.80-2.10x)'."""
+    estimate = "-" if figure["estimate"] is None else f"{figure['estimate']:.2f}x"
+    if figure["low"] is None:
+        return f"{estimate} (none)"
+    return f"{estimate} ({ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
 
 
-def _geometric_mean_text(speedup: dict[str, Any]) -> str:
-    interval = "" if speedup["low"] is None else f" ({speedup['low']:.2f}-{speedup['high']:.2f}x)"
-    return f"{speedup['estimate']:.2f}x{interval}"
+def _verdict_cell(versus: dict[str, Any], measure: str) -> str:
+    return f"{versus['verdicts'][measure]} (p {p_text(versus['adjusted_p_values'][measure])})"
 
 
-def speedup_text(arm: dict[str, Any]) -> str:
-    """'2.10x (1.30-3.40x)': the geometric mean over seeds and its interval."""
-    return _versus_cell(arm, "speedup", _geometric_mean_text)
+def _reached(figure: dict[str, Any]) -> str:
+    return f"{figure['reached']['arm']} / {figure['reached']['baseline']} of {figure['seeds']}"
 
 
-def brackets_text(arm: dict[str, Any]) -> str:
-    """The speedups the brackets alone allow, interpolating inside none (`compare_summary.bracket_text`)."""
-    return _versus_cell(arm, "speedup_by_brackets", bracket_text)
+def _verdict_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Per arm: time to target, steps to target and window mean against the baseline, each with its verdict."""
+    rows = []
+    for name, arm in comparison["arms"].items():
+        versus = arm["vs_baseline"]
+        if versus is None:
+            continue
+        time, steps = versus["time_to_target"], versus["steps_to_target"]
+        rows.append(
+            (
+                name,
+                _speedup_cell(time),
+                _reached(time),
+                _verdict_cell(versus, "time_to_target"),
+                _speedup_cell(steps),
+                _verdict_cell(versus, "steps_to_target"),
+                difference_text(versus["mean_accuracy_difference"]),
+                _verdict_cell(versus, "mean_accuracy"),
+            )
+        )
+    return rows
 
 
-def difference_text(arm: dict[str, Any]) -> str:
-    """The mean-accuracy difference over the window in points, with its interval."""
-    versus = arm["vs_baseline"]
-    if versus is None:
-        return "baseline"
-    difference = versus["mean_accuracy_difference"]
-    interval = (
-        "" if difference["low"] is None else f" ({100 * difference['low']:+.1f} to {100 * difference['high']:+.1f})"
-    )
-    return f"{100 * difference['estimate']:+.1f}{interval}"
+VERDICT_COLUMNS = (
+    "arm",
+    "time to target: speedup (95% interval)",
+    "reached: arm / baseline",
+    "verdict (Holm p)",
+    "steps to target: speedup (95% interval)",
+    "verdict (Holm p)",
+    "Δ window mean (95% interval)",
+    "verdict (Holm p)",
+)
 
 
-def seeds_text(arm: dict[str, Any]) -> str:
-    versus = arm["vs_baseline"]
-    return "-" if versus is None else f"{versus['seeds_faster']} of {len(versus['speedup_per_seed'])}"
+def _target_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The speedups at every reported target: seconds, then steps."""
+    targets = comparison["targets"]
+    columns = ["arm", "measure"]
+    for target in targets:
+        what = f"{target['fraction']:.0%} of the gain" if target["fraction"] is not None else "absolute"
+        columns.append(f"{what}: {_percent(target['accuracy'])}%")
+    columns.append("sign at every target")
+    rows = []
+    for name, arm in comparison["arms"].items():
+        versus = arm["vs_baseline"]
+        if versus is None:
+            continue
+        for key, label in (("time_to_target", "time"), ("steps_to_target", "steps")):
+            cells = [_speedup_cell(row[key]) for row in versus["by_target"]]
+            rows.append((name, label, *cells, versus["sign_across_targets"][key]))
+    return tuple(columns), rows
 
 
-def target_text(target: dict[str, Any]) -> str:
-    if target["accuracy"] is None:
-        return "no target (no baseline)"
-    if target["fraction"] is None:
-        return f"target {_percent(target['accuracy'])}% (absolute)"
-    return (
-        f"target {_percent(target['accuracy'])}% = {target['fraction']:g} x {target['baseline']}'s peak "
-        f"{_percent(target['baseline_peak'])}% ({target['peak']})"
-    )
+def _projection_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Per arm: its steps-to-target speedup, and for each step cost the cost ratio and the time speedup it implies."""
+    names = None
+    rows = []
+    for name, arm in comparison["arms"].items():
+        versus = arm["vs_baseline"]
+        if versus is None or "projections" not in versus:
+            continue
+        names = names or list(versus["projections"])
+        cells = []
+        for figure in versus["projections"].values():
+            if figure["step_cost_ratio"] is None:
+                cells.append("not projected")
+                continue
+            cells.append(f"{figure['step_cost_ratio']:.2f}x a step: {_speedup_cell(figure)}")
+        rows.append((name, _speedup_cell(versus["steps_to_target"]), *cells))
+    columns = ("arm", "steps to target", *(f"on {name}" for name in names or []))
+    return columns, rows
 
 
 def _per_seed_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
-    """(arm, seed, steps, training s, peak %, time to target, speedup, mean-accuracy difference) per arm and seed."""
+    """Per arm and seed: steps, training s, peak, time and steps to target, speedup per seed, window difference."""
     seeds = comparison["settings"]["seeds"]
     rows = []
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
         for index, seed in enumerate(seeds):
             hit = "-" if arm["time_to_target"] is None else time_text(arm["time_to_target"][index])
+            steps = "-" if arm["steps_to_target"] is None else time_text(arm["steps_to_target"][index])
             speedup = "baseline" if versus is None else seed_speedup_text(versus["speedup_per_seed"][index])
             difference = (
                 "baseline" if versus is None else f"{100 * versus['mean_accuracy_difference_per_seed'][index]:+.1f}"
@@ -131,6 +183,7 @@ def _per_seed_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
                     f"{arm['train_seconds']['per_seed'][index]:.0f}",
                     _percent(arm["peak_accuracy"]["per_seed"][index]),
                     hit,
+                    steps,
                     speedup,
                     difference,
                 )
@@ -145,44 +198,35 @@ PER_SEED_COLUMNS = (
     "training s",
     "peak (%)",
     "time to target (s) [bracket]",
-    "speedup [bounds]",
+    "steps to target [bracket]",
+    "speedup [bounds], brackets decide",
     "Δ mean acc (points)",
 )
+
+
+def _title(comparison: dict[str, Any]) -> str:
+    target = comparison["target"]
+    if target is None:
+        return "no target"
+    return f"target: {target_text(target, target['baseline'])}"
 
 
 # ---------------------------------------------------------------- console
 
 
 def results_tables(comparison: dict[str, Any]) -> list[Table]:
-    """Per arm: accuracy, speedup and mean-accuracy difference; per seed: brackets and bounds; seconds per step."""
-    accuracy = Table(
-        "arm",
-        "n/m",
-        "peak acc (%)",
-        "speedup (95% interval)",
-        "seeds faster",
-        "speedup, brackets alone",
-        "Δ mean acc (points)",
-        title=target_text(comparison["target"]),
-    )
+    """The verdicts against the baseline; per seed: brackets and bounds; seconds per step."""
+    verdicts = Table(*VERDICT_COLUMNS, title=_title(comparison))
+    for row in _verdict_rows(comparison):
+        verdicts.add_row(*row)
     per_seed = Table(*PER_SEED_COLUMNS, title="per seed")
-    costs = Table("arm", *PHASES, "measured", "predicted", title="seconds per step")
-    for name, arm in comparison["arms"].items():
-        peak = arm["peak_accuracy"]
-        accuracy.add_row(
-            name,
-            f"{arm['n']}/{arm['m']}",
-            f"{_percent(peak['mean'])} ± {_percent(peak['std'])}",
-            speedup_text(arm),
-            seeds_text(arm),
-            brackets_text(arm),
-            difference_text(arm),
-        )
-        seconds = [*(arm["seconds_per_step"][p] for p in (*PHASES, "total")), arm["predicted_seconds_per_step"]]
-        costs.add_row(name, *(f"{value:.3f}" for value in seconds))
     for row in _per_seed_rows(comparison):
         per_seed.add_row(*row)
-    return [accuracy, per_seed, costs]
+    costs = Table("arm", *PHASES, "measured", "predicted", title="seconds per step")
+    for name, arm in comparison["arms"].items():
+        seconds = [*(arm["seconds_per_step"][p] for p in (*PHASES, "total")), arm["predicted_seconds_per_step"]]
+        costs.add_row(name, *(f"{value:.3f}" for value in seconds))
+    return [verdicts, per_seed, costs]
 
 
 # ---------------------------------------------------------------- markdown
@@ -193,8 +237,52 @@ def _markdown_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> st
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def _comparison_sections(comparison: dict[str, Any]) -> str:
+    """Verdicts, speedups at every target and projections: empty without a target."""
+    if comparison["target"] is None or not _verdict_rows(comparison):
+        return ""
+    method, family = comparison["method"], comparison["method"]["family"]
+    target_columns, target_rows = _target_rows(comparison)
+    projection_columns, projection_rows = _projection_rows(comparison)
+    references = "\n".join(
+        f"- **{cost['name']}** ({cost['source']}): {cost['per_step']:.3f} s a step + "
+        f"{1e3 * cost['per_generated']:.3f} ms a generated rollout + "
+        + (
+            "the update in the fixed cost"
+            if cost["per_trained"] is None
+            else f"{1e3 * cost['per_trained']:.3f} ms a trained rollout"
+        )
+        + f", at {cost['trained_per_step']:g} trained rollouts a step for the baseline."
+        for cost in comparison["cost_model"]["references"]
+    )
+    return f"""## Verdicts against `{comparison["target"]["baseline"]}`
+
+Speedup: {method["speedup"]}. Window mean: {method["mean_accuracy"]}. Verdicts after Holm's adjustment over the
+{family["tests"]} tests of the family (each arm's time to target, steps to target and mean accuracy); every
+interval is 95% for its own comparison.
+
+{_markdown_table(VERDICT_COLUMNS, _verdict_rows(comparison))}
+
+## Speedup at every target
+
+The same tests at each fraction of the baseline's gain (seconds, then optimizer steps; estimate and 95% interval),
+and whether the test leans the same way at every one.
+
+{_markdown_table(target_columns, target_rows)}
+
+## Steps to target projected onto other step costs
+
+The steps-to-target speedup x the baseline's step cost / the arm's (its interval scaled alike), on this machine
+(measured seconds per step; the fitted cost model) and on:
+{references}
+
+{_markdown_table(projection_columns, projection_rows)}
+
+"""
+
+
 def comparison_markdown(comparison: dict[str, Any]) -> str:
-    settings, target, arms = comparison["settings"], comparison["target"], comparison["arms"]
+    settings, arms = comparison["settings"], comparison["arms"]
     accuracy_rows = [
         (
             name,
@@ -203,10 +291,6 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
             rule_text(a["n"], a["m"], a["rule"]),
             _peak(a),
             _percent(a["final_accuracy"]["mean"]),
-            speedup_text(a),
-            seeds_text(a),
-            brackets_text(a),
-            difference_text(a),
             f"{a['steps']['mean']:.0f}",
         )
         for name, a in arms.items()
@@ -269,10 +353,6 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
         "rule",
         "peak accuracy (%) mean ± std (min–max)",
         "final (%)",
-        "speedup, geometric mean (95% interval)",
-        "seeds faster",
-        "speedup by the brackets alone: every seed at its lowest-highest (95% interval; seeds)",
-        "Δ mean accuracy (points, 95% interval)",
         "steps",
     )
     return f"""# Comparison: {Path(settings["model"]).name} on {settings["task"]}{_interim_text(comparison)}
@@ -280,7 +360,7 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
 Pool n = {settings["n"]}, trained m = {settings["m"]}, {settings["prompts_per_step"]} prompt(s) per step, \
 seeds {settings["seeds"]}, {"no" if budget is None else f"{budget:g} s"} training-time budget per run, \
 {schedule}; measure: `{comparison["metric"]}`.
-{target_text(target).capitalize()}.
+{_title(comparison).capitalize()}.
 Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["machines"].items())}.
 
 ## Summary
@@ -289,14 +369,16 @@ Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["ma
 {warnings}
 ![accuracy vs training time](comparison.png)
 
-## Accuracy and speedup over `{target["baseline"]}`
+{_comparison_sections(comparison)}## Accuracy per arm
 
 {_markdown_table(accuracy_columns, accuracy_rows)}
 
-## Per seed: time to target and speedup
+## Per seed: time and steps to target, speedup
 
-Time to target: the interpolated crossing [last evaluation below, first at or above]; "> T": never reached in T s
-of training (censored). Speedup: the estimate [lowest, highest the brackets allow]; ≤ / ≥: a censored run bounds it.
+Time (steps) to target: the interpolated crossing [last evaluation below, first at or above]; "> T": never reached
+in T s (steps) of training (censored). Speedup: the interpolated ratio where both runs reached the target [the
+lowest, highest the brackets allow], and what the brackets decide: faster, slower, undecided, or neither reached
+(no direction).
 
 {_markdown_table(PER_SEED_COLUMNS, _per_seed_rows(comparison))}
 
@@ -389,11 +471,11 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
                     hit["crossing"], 100 * comparison["target"]["accuracy"], "|", color=line.get_color(), ms=12, mew=2
                 )
     target = comparison["target"]
-    if target["accuracy"] is not None:
+    if target is not None:
         label = (
             "target"
             if target["fraction"] is None
-            else f"target ({target['fraction']:g} x {target['baseline']}'s mean seed peak)"
+            else f"target ({target['fraction']:.0%} of {target['baseline']}'s gain)"
         )
         curves.axhline(100 * target["accuracy"], color="gray", linestyle="--", linewidth=1, label=label)
     curves.set_xlabel("training time (s, evaluation excluded)")

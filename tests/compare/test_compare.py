@@ -1,20 +1,26 @@
 import io
 import json
-import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from compare_fakes import fake_pods_train, synthetic_run
 from rich.console import Console
 from typer.testing import CliRunner
 
 import pods_rl.versions
 from pods_rl.cli import app
-from pods_rl.run import compare, compare_report, compare_summary
-from pods_rl.run.compare import plan_table, resolve_compare
-from pods_rl.run.compare_report import comparison_markdown, write_comparison
-from pods_rl.run.compare_summary import summarize
-from pods_rl.run.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
+from pods_rl.compare import render as compare_report
+from pods_rl.compare import runner as compare_runner
+from pods_rl.compare import settings as settings_module
+from pods_rl.compare import tuning as compare_tuning
+from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
+from pods_rl.compare.measures import summarize
+from pods_rl.compare.render import comparison_markdown, write_comparison
+from pods_rl.compare.runner import plan_table
+from pods_rl.compare.settings import resolve_compare
 
 runner = CliRunner()
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -32,6 +38,7 @@ def test_compare_two_arms_writes_comparison(tiny_model_dir, tmp_path):
     out = tmp_path / "cmp"
     args = ["compare", "--model", str(tiny_model_dir), "--output-dir", str(out), "--arm", "grpo", "--arm", "pods"]
     args += ["--seed", "0", "-n", "4", "-m", "2", "--prompts-per-step", "2", "--time-budget", "600", *QUICK]
+    args += ["--set", "target_accuracy=0.01"]  # three steps gain nothing here: a target no run reaches
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     comparison = json.loads((out / "comparison.json").read_text())
@@ -47,9 +54,11 @@ def test_compare_two_arms_writes_comparison(tiny_model_dir, tmp_path):
             assert key in arm
         assert [(e["step"], e["train_seconds"]) for e in arm["evaluations"][0]][-1] == (3, arm["train_seconds"]["mean"])
     assert comparison["arms"]["grpo"]["vs_baseline"] is None
-    assert len(comparison["arms"]["pods"]["vs_baseline"]["speedup_per_seed"]) == 1
-    grpo_peak = comparison["arms"]["grpo"]["peak_accuracy"]["mean"]
-    assert comparison["target"]["accuracy"] == pytest.approx(0.99 * grpo_peak)
+    assert comparison["arms"]["pods"]["vs_baseline"]["speedup_per_seed"] == [
+        {"estimate": None, "low": None, "high": None, "verdict": "neither reached"}
+    ]
+    assert comparison["target"]["accuracy"] == 0.01 and comparison["target"]["fraction"] is None
+    assert comparison["verdicts"]["pods"]["time_to_target"] == "not resolved"
     assert set(comparison["cost_model"]["phases"]) == {"generate", "score", "select", "update"}
     assert "time to target" in (out / "comparison.md").read_text()
     assert (out / "comparison.png").stat().st_size > 1000
@@ -75,89 +84,94 @@ def test_when_pods_pays():
     assert result["max_pool_size"] == pytest.approx({"0.25": 12.0, "0.5": 20.0, "1.0": 36.0})
 
 
-def _run(
-    times: list[float], accuracy: list[float], generated: int, trained: int, refills: dict | None = None
-) -> dict[str, list[dict]]:
-    """Synthetic records: phase times exactly linear in the rollout counts; `refills`: dynamic sampling's per-step
-    metrics, one list per metric, a value per step."""
-    phases = {
-        "pods/time_generate": 0.1 * generated + 0.5,
-        "pods/time_score": 0.01 * generated,
-        "pods/time_select": 0.001 * generated + 0.002,
-        "pods/time_update": 0.2 * trained + 1.0,
-    }
-    counts = {"pods/rollouts_generated": generated, "pods/rollouts_trained": trained}
-    tokens = {"pods/tokens_generated": 10 * generated, "pods/tokens_trained": 10 * trained}
-    steps = [{"step": i + 1, "train_seconds": t, **phases, **counts, **tokens} for i, t in enumerate(times[1:])]
-    for name, values in (refills or {}).items():
-        for step, value in zip(steps, values, strict=True):
-            step[f"pods/{name}"] = value
-    evals = [
-        {"step": i, "train_seconds": t, "eval_seconds": 2.0 + i, "accuracy": a}
-        for i, (t, a) in enumerate(zip(times, accuracy, strict=True))
-    ]
-    return {"step": steps, "eval": evals}
-
-
 def test_summarize_on_synthetic_runs(tmp_path):
     settings = resolve_compare(None, [{"n": 8, "m": 2, "prompts_per_step": 2, "seeds": [0, 1]}])
     settings.arms = {name: settings.arms[name] for name in ("grpo", "grpo-pool", "pods")}
     times = [0, 10, 20, 30]
     records = {
-        "grpo": [_run(times, [0.2, 0.4, 0.6, 0.5], 4, 4), _run(times, [0.2, 0.4, 0.6, 0.7], 4, 4)],
-        "grpo-pool": [_run(times, [0.2, 0.3, 0.4, 0.5], 16, 16), _run(times, [0.2, 0.3, 0.4, 0.5], 16, 16)],
-        "pods": [_run(times, [0.2, 0.6, 0.7, 0.7], 16, 4), _run(times, [0.2, 0.6, 0.5, 0.7], 16, 4)],
+        "grpo": [synthetic_run(times, [0.2, 0.4, 0.6, 0.5], 4, 4), synthetic_run(times, [0.2, 0.4, 0.6, 0.7], 4, 4)],
+        "grpo-pool": [
+            synthetic_run(times, [0.2, 0.3, 0.4, 0.5], 16, 16),
+            synthetic_run(times, [0.2, 0.3, 0.4, 0.5], 16, 16),
+        ],
+        "pods": [synthetic_run(times, [0.2, 0.6, 0.7, 0.7], 16, 4), synthetic_run(times, [0.2, 0.6, 0.5, 0.7], 16, 4)],
     }
     comparison = summarize(settings, records)
-    # One peak: the mean over seeds of each seed's highest evaluation, (0.6 + 0.7) / 2; the target 0.99 x 0.65.
-    assert comparison["target"]["baseline_peak"] == pytest.approx(0.65)
-    assert comparison["target"]["accuracy"] == pytest.approx(0.6435)
+    # The target: 75% of grpo's gain. Base (0.2 + 0.2) / 2; plateau: each curve's mean over the last quarter of the
+    # 30 s window (22.5-30 s): (0.575 + 0.5) / 2 and (0.625 + 0.7) / 2, so 0.6; target 0.2 + 0.75 x 0.4 = 0.5.
+    assert comparison["target"] == {
+        "accuracy": pytest.approx(0.5),
+        "fraction": 0.75,
+        "base": pytest.approx(0.2),
+        "plateau": pytest.approx(0.6),
+        "baseline": "grpo",
+    }
+    assert [t["fraction"] for t in comparison["targets"]] == [0.5, 0.75, 0.9]
     grpo, pool, pods = (comparison["arms"][name] for name in ("grpo", "grpo-pool", "pods"))
-    # grpo: seed 0 never reaches 0.6435 (censored at 30 s); seed 1 crosses in [20, 30] at 20 + 0.0435 / 0.1 x 10.
-    # pods: seed 0 in [10, 20] at 14.35; seed 1 in [20, 30] at 20 + 0.1435 / 0.2 x 10 = 27.175.
-    assert [(t["below"], t["reached"], t["censored"]) for t in grpo["time_to_target"]] == [
-        (30, None, True),
-        (20, 30, False),
-    ]
-    assert [t["crossing"] for t in grpo["time_to_target"]] == pytest.approx([30, 24.35])
-    assert [t["crossing"] for t in pods["time_to_target"]] == pytest.approx([14.35, 27.175])
+    # grpo crosses 0.5 in [10, 20] at 15 s on both seeds; pods in [0, 10] at 7.5 s; grpo-pool at its last, 30 s.
+    assert [(t["below"], t["reached"], t["crossing"]) for t in grpo["time_to_target"]] == [(10, 20, 15.0)] * 2
+    assert [t["crossing"] for t in pods["time_to_target"]] == pytest.approx([7.5, 7.5])
+    assert [t["crossing"] for t in pods["steps_to_target"]] == pytest.approx([0.75, 0.75])  # evaluations at steps 0-3
     versus = pods["vs_baseline"]
-    first, second = versus["speedup_per_seed"]
-    assert (first["estimate"], first["low"], first["high"], first["bound"]) == (
-        pytest.approx(30 / 14.35),  # grpo censored: at its 30 s, so a lower bound
-        pytest.approx(30 / 20),
-        None,
-        "at least",
+    first = versus["speedup_per_seed"][0]
+    # 15 / 7.5; at least 10 / 10, at most unbounded (pods may have got there right after its start); the brackets
+    # [0, 10] and [10, 20] touch, and a crossing is after its bracket's start: faster whatever happened between.
+    assert (first["estimate"], first["low"], first["high"], first["verdict"]) == (2.0, 1.0, None, "faster")
+    assert pool["vs_baseline"]["speedup_per_seed"][0] == {
+        "estimate": 0.5,
+        "low": 10 / 30,
+        "high": 1.0,
+        "verdict": "slower",
+    }
+    time = versus["time_to_target"]
+    # Two seeds: C(4, 2) = 6 splits, of which pods-first and grpo-first are as extreme as the observed: p = 2 / 6,
+    # the smallest two seeds allow, so no interval excludes anything. The statistic changes sign at 15 / 7.5 = 2.
+    assert (time["p_value"], time["least_p_value"], time["direction"]) == (
+        pytest.approx(1 / 3),
+        pytest.approx(1 / 3),
+        "faster",
     )
-    assert (second["estimate"], second["low"], second["high"], second["bound"]) == (
-        pytest.approx(24.35 / 27.175),
-        pytest.approx(20 / 30),
-        pytest.approx(30 / 20),
-        "interpolated",
-    )
-    assert versus["speedup"]["estimate"] == pytest.approx(math.sqrt(30 / 14.35 * 24.35 / 27.175))
-    assert (versus["seeds_faster"], versus["seeds_slower"], versus["censored"]) == (1, 1, {"arm": 0, "baseline": 1})
-    # The brackets alone: lower bounds 30 / 20 and 20 / 30 (geometric mean 1), upper bounds open and 30 / 20.
-    brackets = versus["speedup_by_brackets"]
-    assert (brackets["low"], brackets["high"], brackets["high_interval"]) == (pytest.approx(1.0), None, None)
-    assert brackets["low_interval"] == pytest.approx(1.5**-12.706204736174705)  # t(1) x the log's standard error
-    assert (brackets["seeds_faster"], brackets["seeds_slower"], brackets["seeds_undecided"]) == (1, 0, 1)
+    assert (time["estimate"], time["low"], time["high"]) == (pytest.approx(2.0, rel=0.005), 0.0, None)
+    assert versus["steps_to_target"]["estimate"] == pytest.approx(2.0, rel=0.005)
+    assert versus["sign_across_targets"] == {"time_to_target": "faster", "steps_to_target": "faster"}
     # Areas over 0-30 s: grpo 3 + 5 + 5.5 and 3 + 5 + 6.5; pods 4 + 6.5 + 7 and 4 + 5.5 + 6.
     assert versus["mean_accuracy_difference_per_seed"] == pytest.approx([4 / 30, 1 / 30])
-    assert [s["bound"] for s in pool["vs_baseline"]["speedup_per_seed"]] == ["unknown", "at most"]
+    assert versus["mean_accuracy_difference"]["p_value"] == pytest.approx(0.3440417392452)  # t = 2.5 / 1.5, 1 df
+    assert comparison["verdicts"] == {
+        name: {"time_to_target": "not resolved", "steps_to_target": "not resolved", "mean_accuracy": "not resolved"}
+        for name in ("grpo-pool", "pods")
+    }
+    assert comparison["method"]["family"]["tests"] == 6  # two arms, three tests each
+    # Holm: the mean-accuracy p-values are the family's smallest; 0.344 x 6 > 1.
+    assert versus["adjusted_p_values"]["mean_accuracy"] == 1.0
+    projections = versus["projections"]
+    # Measured: pods 4.078 s a step (2.1 + 0.16 + 0.018 + 1.8), grpo 2.746 s: 2.0 / 1.485. The H200's step at
+    # 16 x the rows (64 trained): grpo 7.836 + 64 x 4.865 ms + 64 x 7.83 ms = 8.648 s, pods with 256 generated 9.583 s.
+    assert projections["this machine, measured"]["step_cost_ratio"] == pytest.approx(4.078 / 2.746)
+    assert projections["this machine, measured"]["estimate"] == pytest.approx(2.0 * 2.746 / 4.078, rel=0.005)
+    assert projections["H200 (0.5B)"]["step_cost_ratio"] == pytest.approx(9.58256 / 8.64848)
+    assert projections["paper (L40S)"]["high"] is None  # the steps interval is open, and so is its projection
+    assert pool["vs_baseline"]["projections"]["paper (L40S)"]["step_cost_ratio"] is None  # trains 4x the rows
+    # A user's step cost (cost_models), at 8 trained rollouts for the baseline (2x its 4): grpo 2 + 0.01 x 8 +
+    # 0.02 x 8 = 2.24 s, pods 2 + 0.01 x 32 + 0.02 x 8 = 2.48 s.
+    settings.cost_models = [
+        {"name": "my GPU", "per_step": 2.0, "per_generated": 0.01, "per_trained": 0.02, "trained_per_step": 8}
+    ]
+    mine = summarize(settings, records)["arms"]["pods"]["vs_baseline"]["projections"]["my GPU"]
+    assert mine["step_cost_ratio"] == pytest.approx(2.48 / 2.24) and mine["source"] == "given in the settings"
+    settings.cost_models = None
     assert grpo["vs_baseline"] is None
     assert pods["peak_accuracy"] == {"mean": 0.7, "std": 0.0, "min": 0.7, "max": 0.7, "per_seed": [0.7, 0.7]}
     assert grpo["peak_accuracy"]["std"] == pytest.approx(0.0707107, rel=1e-5)
     warnings = " ".join(comparison["warnings"])
-    assert "grpo, seed 1 (the baseline) reaches the target only at its last evaluation (30.0 s)" in warnings
-    assert "pods, seed 0 crosses the target between evaluations at 10.0 and 20.0 s" in warnings
-    assert "grpo-pool: 2 of 2 seed(s) never reached the target" in warnings
-    assert comparison["summary"][1].startswith("pods vs grpo: 1.37x (95% interval ")
-    assert (
-        "; by the brackets alone 1.00-∞x (95% interval 0.01-∞x; 1 of 2 seeds faster, 1 undecided), not resolved at "
-        "the evaluations' resolution; mean accuracy" in comparison["summary"][1]
+    assert "grpo-pool reaches the target at its first evaluation" not in warnings
+    assert "pods reaches the target at its first evaluation on seed(s) 0 (10.0), 1 (10.0)" in warnings
+    assert "smallest possible p-value is 0.33, above 0.05: no time or steps to target can be resolved" in warnings
+    assert comparison["summary"][1].startswith(
+        "pods vs grpo: time to target 2.00x (95% interval 0-∞x), reached by 2 of 2 pods and 2 of 2 grpo runs: not "
+        "resolved (Holm p 1.000); faster at every target (50%/75%/90% of the gain); in steps 2.00x"
     )
-    assert "1 of 2 seeds faster; 1 censored for the baseline: a lower bound" in comparison["summary"][1]
+    assert comparison["summary"][-1].startswith("Target: 75% of grpo's gain (20.0% -> 60.0%): 50.0%. Verdicts")
     assert pods["seconds_per_step"] == pytest.approx(
         {"generate": 2.1, "score": 0.16, "select": 0.018, "update": 1.8, "total": 4.078}
     )
@@ -183,14 +197,53 @@ def test_summarize_on_synthetic_runs(tmp_path):
     write_comparison(tmp_path, comparison)
     markdown = (tmp_path / "comparison.md").read_text()
     assert "| pods | 8 | 2 | max_variance |" in markdown
-    assert "| 1 of 2 | 1.00-∞x (95% interval 0.01-∞x; 1 of 2 seeds faster, 1 undecided) |" in markdown
+    assert (
+        "| pods | 2.00x (0-∞x) | 2 / 2 of 2 | not resolved (p 1.000) | 2.00x (0-∞x) | not resolved (p 1.000) | "
+        "+8.3 points (-55.2 to +71.9) | not resolved (p 1.000) |" in markdown
+    )
     assert "| pods | 16 | 4 | 4.00 | — | — | — | 48 | 12 | 480 | 120 |" in markdown
-    assert "| grpo | 0 | 3 | 30 | 60.0 | > 30 | baseline | baseline |" in markdown  # censored: more than 30 s
-    assert "| pods | 0 | 3 | 30 | 70.0 | 14.3 [10, 20] | ≥ 2.09x [1.50, ∞] | +13.3 |" in markdown
+    assert "| grpo | 0 | 3 | 30 | 60.0 | 15.0 [10, 20] | 1.5 [1, 2] | baseline | baseline |" in markdown
+    assert "| pods | 0 | 3 | 30 | 70.0 | 7.5 [0, 10] | 0.8 [0, 1] | 2.00x [1.00, ∞], faster | +13.3 |" in markdown
+    assert "| grpo-pool | 1 | 3 | 30 | 50.0 | 30.0 [20, 30] | 3.0 [2, 3] | 0.50x [0.33, 1.00], slower |" in markdown
     assert comparison["summary"][1] in markdown
     assert (tmp_path / "comparison.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["arms"]["pods"]["evaluations"] == [run["eval"] for run in records["pods"]]  # the raw per-seed data
+
+
+def test_one_seed_and_a_censored_baseline_are_reported_without_a_false_figure(tmp_path):
+    """One seed gave '95% interval 0.00-∞x' (0.0 where None was meant) and crashed arm_vs_arms.py; the censoring
+    warning named the arm's bound for the baseline. Now: no interval, no verdict, strict JSON, the baseline named."""
+    settings = resolve_compare(None, [{"n": 4, "m": 2, "prompts_per_step": 2, "seeds": [0]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "pods")}
+    times = [0, 10, 20, 30, 40]
+    records = {
+        "grpo": [synthetic_run(times, [0.2, 0.4, 0.6, 0.6, 0.5], 4, 4)],
+        "pods": [synthetic_run(times, [0.2, 0.6, 0.7, 0.7, 0.7], 8, 4)],
+    }
+    comparison = summarize(settings, records)
+    versus = comparison["arms"]["pods"]["vs_baseline"]
+    assert (versus["time_to_target"]["low"], versus["time_to_target"]["high"]) == (0.0, None)
+    assert versus["time_to_target"]["least_p_value"] == 1.0 and versus["mean_accuracy_difference"]["low"] is None
+    assert comparison["verdicts"]["pods"] == dict.fromkeys(
+        ("time_to_target", "steps_to_target", "mean_accuracy"), "not resolved"
+    )
+    assert "(no interval from one seed)" in comparison["summary"][0]
+    write_comparison(tmp_path, comparison)  # strict JSON: raises on NaN or Infinity
+    saved = json.loads((tmp_path / "comparison.json").read_text())
+    script = Path(__file__).parents[2] / "benchmarks" / "arm_vs_arms.py"
+    shown = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "| grpo | " in shown.stdout and "(no interval from one seed)" in shown.stdout
+    # A baseline seed that never reaches an absolute target: the warning names the baseline as such.
+    absolute = resolve_compare(None, [{"n": 4, "m": 2, "prompts_per_step": 2, "seeds": [0], "target_accuracy": 0.65}])
+    absolute.arms = settings.arms
+    warnings = summarize(absolute, records)["warnings"]
+    assert (
+        "grpo (the baseline): 1 of 1 seed(s) never reached the target; the speedup tests rank such a run after every "
+        "run that reached it, and a seed where neither arm reached it counts for neither." in warnings
+    )
+    assert saved["target"]["fraction"] == 0.75
 
 
 def test_summarize_prices_dynamic_samplings_refills():
@@ -204,8 +257,11 @@ def test_summarize_prices_dynamic_samplings_refills():
         {"generation_rounds": [3, 3], "prompts_generated": [6, 6], "groups_dropped_frac": [2 / 3, 2 / 3]},
     ]
     records = {
-        "grpo": [_run(times, [0.2, 0.4, 0.6], 8, 8) for _ in range(2)],
-        "grpo-ds": [_run(times, [0.2, 0.5, 0.6], 16, 8, refills[0]), _run(times, [0.2, 0.5, 0.6], 24, 8, refills[1])],
+        "grpo": [synthetic_run(times, [0.2, 0.4, 0.6], 8, 8) for _ in range(2)],
+        "grpo-ds": [
+            synthetic_run(times, [0.2, 0.5, 0.6], 16, 8, refills[0]),
+            synthetic_run(times, [0.2, 0.5, 0.6], 24, 8, refills[1]),
+        ],
     }
     comparison = summarize(settings, records)
     ds = comparison["arms"]["grpo-ds"]
@@ -233,7 +289,7 @@ def test_summarize_names_the_machines_and_warns_when_a_seeds_arms_ran_on_differe
     times = [0, 10, 20]
 
     def runs(*machines):
-        return [{**_run(times, [0.2, 0.4, 0.6], 8, 4), "machine": machine} for machine in machines]
+        return [{**synthetic_run(times, [0.2, 0.4, 0.6], 8, 4), "machine": machine} for machine in machines]
 
     epyc, xeon = "AMD EPYC (family 26 model 2), AVX-512, 2 cores", "Intel Xeon (family 6 model 143), AVX-512, 2 cores"
     one = summarize(settings, {"grpo": runs(EPYC, EPYC), "pods": runs(EPYC, EPYC)})
@@ -298,6 +354,10 @@ def test_dynamic_sampling_arms(tmp_path):
         ({"n": 4, "m": 8}, "2 <= m <= n"),
         ({"arms": {"x": {"trainer": {"no_such_field": 1}}}}, "unknown key trainer.no_such_field"),
         ({"prompts_per_step": 3, "trainer": {"gradient_accumulation_steps": 2}, "m": 3}, "micro-batches"),
+        ({"target": 0.99}, r"'target' \(a fraction of the baseline's peak\) is replaced by 'target_gain'"),
+        ({"target_gain": 1.5}, "fractions of the baseline's gain in"),
+        ({"target_gains": [0.5, 0]}, "fractions of the baseline's gain in"),
+        ({"cost_models": [{"name": "gpu", "per_step": 1.0}]}, "is not a step cost"),
     ],
 )
 def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
@@ -396,40 +456,13 @@ def test_budget_compare_config_runs_equal_steps_with_the_new_options():
     assert {t["per_device_train_batch_size"] for t in trainers.values()} == {64}
 
 
-TUNED_ACCURACY = {
-    "grpo": {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4, 8e-5: 0.5},
-    "pods": {1e-5: 0.2, 2e-5: 0.5, 4e-5: 0.7, 8e-5: 0.65},
-}
-
-
-def _fake_pods_train(calls: list[tuple[str, float, int]]):
-    """Stands in for the `pods train` process: writes the run folder a finished run leaves (config.yaml,
-    metrics.jsonl, summary.json), with an accuracy that depends on the arm and the learning rate only."""
-
-    def train(settings, run_dir: Path) -> None:
-        trainer = settings.trainer
-        arm = "grpo" if trainer["num_generations"] == trainer["num_selected"] else "pods"
-        rate = trainer["learning_rate"]
-        calls.append((arm, rate, settings.seed))
-        accuracy = TUNED_ACCURACY[arm][rate]
-        n, m = trainer["num_generations"], trainer["num_selected"]
-        record = _run([0, 10, 20], [0.1, accuracy, accuracy], 2 * n, 2 * m)
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(settings.to_dict()))
-        lines = [{"type": "step", **s} for s in record["step"]] + [{"type": "eval", **e} for e in record["eval"]]
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-        (run_dir / "summary.json").write_text(json.dumps({"steps": 2, "peak_accuracy": accuracy}))
-
-    return train
-
-
 def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every_run(tmp_path, monkeypatch):
     calls: list[tuple[str, float, int]] = []
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train(calls))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", fake_pods_train(calls))
     grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
     settings = resolve_compare(None, [grid], only=["grpo", "pods"])
     out = tmp_path / "cmp"
-    comparison = compare.run_comparison(settings, out, console=Console(quiet=True))
+    comparison = compare_runner.run_comparison(settings, out, console=Console(quiet=True))
     tuning = [(arm, rate, 7) for arm in ("grpo", "pods") for rate in grid["lr_grid"]]
     assert calls == [*tuning, ("grpo", 2e-5, 0), ("pods", 4e-5, 0), ("grpo", 2e-5, 1), ("pods", 4e-5, 1)]
     chosen = comparison["learning_rates"]["arms"]
@@ -448,7 +481,9 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
         "'lr_grid=[...]') before reading the arms as tuned."
     ]
 
-    again = compare.run_comparison(compare.load_compare(out), out, resume=True, console=Console(quiet=True))
+    again = compare_runner.run_comparison(
+        settings_module.load_compare(out), out, resume=True, console=Console(quiet=True)
+    )
     assert len(calls) == 10 and again["learning_rates"] == comparison["learning_rates"]  # nothing trained again
 
     # Widening the grid on resume trains only the new rate's tuning runs; the choices hold, so every reported run
@@ -460,26 +495,30 @@ def test_learning_rates_are_tuned_per_arm_on_tuning_seeds_and_resume_keeps_every
     widened = json.loads((out / "comparison.json").read_text())
     assert widened["learning_rates"]["arms"]["pods"]["mean_accuracy"]["8e-05"] == pytest.approx(0.5125)
     assert not [w for w in widened["warnings"] if "lr_grid" in w]
-    assert compare.load_compare(out).lr_grid == [1e-5, 2e-5, 4e-5, 8e-5]
+    assert settings_module.load_compare(out).lr_grid == [1e-5, 2e-5, 4e-5, 8e-5]
 
 
 def test_resume_may_only_add_rates_and_seeds():
     saved = resolve_compare(None, [{"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1]}])
-    grown, changes = compare.extend_on_resume(saved, [{"seeds": [0, 1, 2], "tuning_seeds": [7, 8]}], where="r")
+    grown, changes = settings_module.extend_on_resume(saved, [{"seeds": [0, 1, 2], "tuning_seeds": [7, 8]}], where="r")
     assert (grown.seeds, grown.tuning_seeds) == ([0, 1, 2], [7, 8])
     assert changes == {"seeds": ([0, 1], [0, 1, 2]), "tuning_seeds": ([7], [7, 8])}
-    assert compare.extend_on_resume(saved, [], where="r")[1] == {}
+    assert settings_module.extend_on_resume(saved, [], where="r")[1] == {}
     for override, key in (
         ({"lr_grid": [1e-5, 4e-5]}, "lr_grid"),  # drops 2e-5, whose runs are finished
         ({"seeds": [1]}, "seeds"),
         ({"time_budget": 30.0}, "time_budget"),
         ({"arms": {"pods": {"rule": "random"}}}, "arms.pods.rule"),
+        ({"target_gain": 0.5}, "target_gain"),  # fixed before the runs are read
     ):
         with pytest.raises(ValueError, match=rf"r: cannot change {key}: a resumed comparison keeps its settings"):
-            compare.extend_on_resume(saved, [override], where="r")
+            settings_module.extend_on_resume(saved, [override], where="r")
+    gpu = {"name": "my GPU", "per_step": 2.0, "per_generated": 0.01, "per_trained": 0.02, "trained_per_step": 8}
+    costed, _ = settings_module.extend_on_resume(saved, [{"cost_models": [gpu]}], where="r")  # changes no run
+    assert costed.cost_models == [gpu]
     untuned = resolve_compare(None, [{"seeds": [0]}])
     with pytest.raises(ValueError, match="cannot change lr_grid, tuning_seeds"):
-        compare.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")
+        settings_module.extend_on_resume(untuned, [{"lr_grid": [1e-5], "tuning_seeds": [7]}], where="r")
 
 
 def test_resume_refuses_a_subset_of_arms(tmp_path):
@@ -492,14 +531,14 @@ def test_tuning_warnings_name_arms_tuned_at_either_end():
     def rates(grid: list[float], chosen: dict[str, float]) -> dict:
         return {"grid": grid, "arms": {name: {"chosen": rate, "machines": ["m"]} for name, rate in chosen.items()}}
 
-    warnings = compare_summary.tuning_warnings(rates([4e-5, 1e-5, 2e-5], {"a": 4e-5, "b": 2e-5, "c": 1e-5}))
+    warnings = compare_tuning.tuning_warnings(rates([4e-5, 1e-5, 2e-5], {"a": 4e-5, "b": 2e-5, "c": 1e-5}))
     assert [w.split(",")[0] for w in warnings] == [
         "a: its chosen learning rate 4e-05 is the highest of lr_grid ['1e-05'",
         "c: its chosen learning rate 1e-05 is the lowest of lr_grid ['1e-05'",
     ]
     assert "so a lower one may do better" in warnings[1]
-    assert compare_summary.tuning_warnings(rates([1e-5], {"a": 1e-5})) == []
-    assert compare_summary.tuning_warnings(None) == []
+    assert compare_tuning.tuning_warnings(rates([1e-5], {"a": 1e-5})) == []
+    assert compare_tuning.tuning_warnings(None) == []
 
 
 def test_tuning_records_steps_and_machines_and_warns_when_arms_were_tuned_on_different_machines():
@@ -510,23 +549,23 @@ def test_tuning_records_steps_and_machines_and_warns_when_arms_were_tuned_on_dif
         accuracy = {1e-5: 0.3, 2e-5: 0.6, 4e-5: 0.4}
         by_rate = {}
         for rate, a in accuracy.items():
-            runs = [{**_run([0, 10, 20], [0.2, a, a], 8, 4), "machine": machine} for _ in steps]
+            runs = [{**synthetic_run([0, 10, 20], [0.2, a, a], 8, 4), "machine": machine} for _ in steps]
             for run, last in zip(runs, steps, strict=True):
                 run["eval"][-1]["step"] = last
             by_rate[rate] = runs
         return by_rate
 
-    same = compare_summary.choose_learning_rates(settings, {"grpo": tuned(EPYC, [30, 36]), "pods": tuned(EPYC, [9, 9])})
+    same = compare_tuning.choose_learning_rates(settings, {"grpo": tuned(EPYC, [30, 36]), "pods": tuned(EPYC, [9, 9])})
     epyc, xeon = "AMD EPYC (family 26 model 2), AVX-512, 2 cores", "Intel Xeon (family 6 model 143), AVX-512, 2 cores"
     assert same["arms"]["grpo"]["steps"] == {"1e-05": 33.0, "2e-05": 33.0, "4e-05": 33.0}
     assert same["arms"]["pods"]["machines"] == [epyc]
-    assert compare_summary.tuning_warnings(same) == []
+    assert compare_tuning.tuning_warnings(same) == []
 
-    apart = compare_summary.choose_learning_rates(
+    apart = compare_tuning.choose_learning_rates(
         settings, {"grpo": tuned(EPYC, [30, 36]), "grpo-pool": tuned(EPYC, [8, 8]), "pods": tuned(XEON, [50, 52])}
     )
     assert {arm["chosen"] for arm in apart["arms"].values()} == {2e-5}
-    assert compare_summary.tuning_warnings(apart) == [
+    assert compare_tuning.tuning_warnings(apart) == [
         f"The tuning runs ran on different machines (grpo, grpo-pool on {epyc}; pods on {xeon}). The window is "
         "seconds of training, so a faster CPU fits more steps into it and can move an arm's best rate (the steps "
         "each rate reached are in the tuning table): the arms were not tuned alike."
@@ -563,12 +602,14 @@ def test_tuning_seeds_must_be_new_and_rates_untouched_by_arms():
 
 
 def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_path, monkeypatch):
-    from pods_rl.run.compare_status import RunProgress, comparison_progress, progress_tables
+    from pods_rl.compare.status import RunProgress, comparison_progress, progress_tables
 
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", fake_pods_train([]))
     grid = {"lr_grid": [1e-5, 2e-5, 4e-5], "tuning_seeds": [7], "seeds": [0, 1], "n": 4, "m": 2, "prompts_per_step": 2}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     # As a sitting stopped after pods's tuning leaves it: grpo at 4e-5 and every reported run still to train.
     pending = [
         out / "tuning" / "grpo" / "lr-4e-05" / "seed-7",
@@ -627,19 +668,21 @@ def test_status_shows_finished_runs_the_best_rates_so_far_and_what_is_left(tmp_p
 
 
 def test_report_writes_an_interim_comparison_of_the_seeds_whose_every_arm_finished(tmp_path, monkeypatch):
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", fake_pods_train([]))
     grid = {"lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0, 1, 2], "n": 4, "m": 2, "prompts_per_step": 2}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [grid], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     full = json.loads((out / "comparison.json").read_text())
     quiet = Console(quiet=True)
     # With every seed finished, --report writes what the run wrote.
-    compare.report_comparison(out, console=quiet)
+    compare_runner.report_comparison(out, console=quiet)
     assert json.loads((out / "comparison.json").read_text()) == full
     assert full["seeds_left"] == [] and not full["warnings"][0].startswith("Interim")
 
     (out / "pods" / "seed-1" / "summary.json").unlink()  # seed 1's pods run is unfinished: seeds 0 and 2 report
-    interim = compare.report_comparison(out, console=quiet)
+    interim = compare_runner.report_comparison(out, console=quiet)
     assert interim["settings"]["seeds"] == [0, 2] and interim["seeds_left"] == [1]
     assert interim["arms"]["pods"]["runs"] == ["pods/seed-0", "pods/seed-2"]
     assert len(interim["arms"]["pods"]["vs_baseline"]["speedup_per_seed"]) == 2
@@ -654,18 +697,19 @@ def test_report_writes_an_interim_comparison_of_the_seeds_whose_every_arm_finish
 
     shown = runner.invoke(app, ["compare", "--report", str(out)])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.splitlines()[-1] == interim["summary"][0]
-    assert interim["summary"][0].startswith("pods vs grpo: ") and "0 of 2 seeds faster; 2 censored" in shown.output
+    assert shown.output.splitlines()[-1] == interim["summary"][-1]
+    assert interim["summary"][0].startswith("pods vs grpo: time to target 0.80x (95% interval 0-∞x)")
+    assert interim["summary"][0] in shown.output.splitlines()
     mixed = runner.invoke(app, ["compare", "--report", str(out), "--status", str(out)])
     assert mixed.exit_code != 0 and "--status takes a comparison folder and nothing else" in mixed.output
 
     for seed in (0, 2):
         (out / "grpo" / f"seed-{seed}" / "summary.json").unlink()
     with pytest.raises(ValueError, match=r"no seed has finished every arm yet; `pods compare --resume"):
-        compare.report_comparison(out, console=quiet)
+        compare_runner.report_comparison(out, console=quiet)
     (out / "tuning" / "grpo" / "lr-2e-05" / "seed-7" / "summary.json").unlink()
     with pytest.raises(ValueError, match=r"1 of 4 tuning runs have not finished, so the learning rates are not"):
-        compare.report_comparison(out, console=quiet)
+        compare_runner.report_comparison(out, console=quiet)
 
 
 def _cells(text: str, label: str) -> list[str]:
@@ -680,12 +724,14 @@ def _cells(text: str, label: str) -> list[str]:
 def test_a_vllm_comparison_is_read_where_vllm_is_missing_but_resumed_only_with_it(tmp_path, monkeypatch):
     import pods_rl.versions
 
-    monkeypatch.setattr(compare, "_train_in_subprocess", _fake_pods_train([]))
+    monkeypatch.setattr(compare_runner, "_train_in_subprocess", fake_pods_train([]))
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
     shape = {"lr_grid": [1e-5], "tuning_seeds": [7], "seeds": [0], "n": 4, "m": 2, "prompts_per_step": 2}
     shape["trainer"] = {"use_vllm": True}
     out = tmp_path / "cmp"
-    compare.run_comparison(resolve_compare(None, [shape], only=["grpo", "pods"]), out, console=Console(quiet=True))
+    compare_runner.run_comparison(
+        resolve_compare(None, [shape], only=["grpo", "pods"]), out, console=Console(quiet=True)
+    )
     written = (out / "comparison.md").read_text()
 
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: False)

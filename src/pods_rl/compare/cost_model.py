@@ -88,6 +88,13 @@ class CostModel:
         spare = budget - self.phases["update"](m * prompts) - generated.constant
         return max(spare / (generated.per_rollout * prompts), 0.0)
 
+    @classmethod
+    def from_dict(cls, phases: dict[str, dict[str, float | str]]) -> CostModel:
+        """The model `to_dict` wrote (comparison.json's cost_model.phases)."""
+        return cls(
+            {phase: LinearCost(float(fit["per_rollout"]), float(fit["constant"])) for phase, fit in phases.items()}
+        )
+
     def to_dict(self) -> dict[str, dict[str, float | str]]:
         return {
             phase: {"per_rollout": cost.per_rollout, "constant": cost.constant, "driver": DRIVERS[phase]}
@@ -128,3 +135,94 @@ def when_pods_pays(model: CostModel, n: int, m: int, prompts: int) -> dict:
         "max_pool_size": {str(within): limit for within, limit in limits.items()},
         "note": lines,
     }
+
+
+# ---------------------------------------------------------------- step costs of other machines
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A step's seconds on some machine: `per_step + per_generated x generated + per_trained x trained` rollouts,
+    measured at a step that trains `trained_per_step` rollouts in the baseline. An arm's rollouts per step are
+    rescaled so that the baseline's trained rollouts per step equal `trained_per_step` (the comparison's step shape
+    at that machine's batch). `per_trained` None: the source gives no update cost apart from the fixed one, which
+    then holds the baseline's update, so only arms that train as many rollouts as the baseline are projected."""
+
+    name: str
+    source: str
+    per_step: float
+    per_generated: float
+    per_trained: float | None
+    trained_per_step: float
+
+    FIELDS = ("name", "source", "per_step", "per_generated", "per_trained", "trained_per_step")
+
+    @classmethod
+    def check_all(cls, entries: object, where: str) -> list[StepCost]:
+        """`cost_models` of a comparison's settings, as StepCosts; raises ValueError on a malformed entry."""
+        example = (
+            "e.g. {name: my-gpu, source: gpu_check.py, per_step: 7.8, per_generated: 0.0049, per_trained: 0.0078, "
+            "trained_per_step: 64}"
+        )
+        if not isinstance(entries, list):
+            raise ValueError(f"{where}: cost_models must be a list of step costs, {example}.")
+        costs = []
+        for entry in entries:
+            numbers = ("per_step", "per_generated", "trained_per_step")
+            if (
+                not isinstance(entry, dict)
+                or set(entry) - set(cls.FIELDS)
+                or not isinstance(entry.get("name"), str)
+                or not all(isinstance(entry.get(k), (int, float)) and entry[k] >= 0 for k in numbers)
+                or not entry["trained_per_step"] > 0
+                or not (entry.get("per_trained") is None or isinstance(entry["per_trained"], (int, float)))
+            ):
+                raise ValueError(f"{where}: cost_models entry {entry!r} is not a step cost, {example}.")
+            costs.append(
+                cls(
+                    entry["name"],
+                    str(entry.get("source", "given in the settings")),
+                    float(entry["per_step"]),
+                    float(entry["per_generated"]),
+                    None if entry.get("per_trained") is None else float(entry["per_trained"]),
+                    float(entry["trained_per_step"]),
+                )
+            )
+        return costs
+
+    def step_seconds(self, generated: float, trained: float, baseline_trained: float) -> float | None:
+        """Seconds of a step with these rollouts per step (None: not projectable, see the class)."""
+        scale = self.trained_per_step / baseline_trained
+        if self.per_trained is None:
+            if abs(trained - baseline_trained) > 1e-9 * baseline_trained:
+                return None
+            return self.per_step + self.per_generated * scale * generated
+        return self.per_step + self.per_generated * scale * generated + self.per_trained * scale * trained
+
+
+def _paper_step_cost() -> StepCost:
+    """The PODS paper's single-GPU step times (one L40S, Qwen2.5-3B-Instruct with LoRA, GSM8K, one prompt per step,
+    m = 16): GRPO 16/16 7.5 s, PODS n = 32, 64, 128, 256 -> 16: 7.9, 10.1, 13.6, 21.2 s. A line through them prices
+    a generated rollout; the update of the 16 trained rows is not given apart from the fixed cost."""
+    line = fit_linear([16, 32, 64, 128, 256], [7.5, 7.9, 10.1, 13.6, 21.2])
+    return StepCost(
+        "paper (L40S)",
+        "PODS paper, Qwen2.5-3B LoRA on one L40S, n at m = 16",
+        line.constant,
+        line.per_rollout,
+        None,
+        16,
+    )
+
+
+# Built in: what `pods compare` projects every steps-to-target result onto, besides the comparison's own fit.
+REFERENCE_COSTS = (
+    # benchmarks/gpu_check.py on one H200 (docs/benchmarks.md, "On a GPU"): a 494M Llama, 256-token prompts,
+    # 512-token completions, HF generate, 8 prompts per step; GRPO 8/8 (64 generated, 64 trained) and PODS 32 -> 8 (256,
+    # 64): generate + score + select 8.147 and 9.081 s, so 4.865 ms a generated rollout and 7.836 s fixed; update
+    # 0.497 and 0.505 s for 64 rows: 7.83 ms a trained rollout (taken as proportional to the rows).
+    StepCost(
+        "H200 (0.5B)", "benchmarks/gpu_check.py on one H200, 494M model, HF generate", 7.836, 0.004865, 0.00783, 64
+    ),
+    _paper_step_cost(),
+)

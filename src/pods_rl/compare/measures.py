@@ -1,0 +1,613 @@
+"""The measures of a comparison: from each arm's per-seed records to the numbers comparison.json holds.
+
+The statistics themselves are in `pods_rl.compare.statistics`; this module decides which curves they see (each
+seed's evaluations on the comparison's metric, against training seconds and against optimizer steps), the target
+and the targets every speedup is also read at, the family of tests and their Holm adjustment, the verdicts, the step
+costs and their projections onto other machines, and the warnings. Definitions (also in comparison.json):
+`DEFINITIONS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pods_rl.compare.cost_model import PHASES, REFERENCE_COSTS, CostModel, StepCost, when_pods_pays
+from pods_rl.compare.statistics import (
+    ALPHA,
+    LEVEL,
+    PLATEAU_SHARE,
+    SPEEDUP_METHOD,
+    WIDE_BRACKET,
+    Curve,
+    Target,
+    band,
+    gain_target,
+    holm,
+    paired_difference,
+    resolution_warnings,
+    seed_speedup,
+    speedup_test,
+    time_to_target,
+    window_differences,
+)
+from pods_rl.compare.tuning import tuning_warnings
+from pods_rl.machine import machine_label
+
+if TYPE_CHECKING:
+    from pods_rl.compare.settings import CompareSettings
+
+COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_trained")
+# What dynamic sampling's refills did, per step (logged by arms with `dynamic_sampling` only).
+REFILLS = ("generation_rounds", "prompts_generated", "groups_dropped_frac")
+PEAK = "the mean over seeds of each seed's highest evaluation"
+MEASURES = ("time_to_target", "steps_to_target", "mean_accuracy")  # the tests of each arm against the baseline
+VERDICTS = {"time_to_target": ("faster", "slower"), "steps_to_target": ("faster", "slower")}
+VERDICTS["mean_accuracy"] = ("higher", "lower")
+NOT_RESOLVED = "not resolved"
+Records = dict[str, list[dict[str, Any]]]  # arm -> per seed {"step": [...], "eval": [...], "machine": {...} | None}
+STEP_MEASURES = ("steps", "seconds_per_step", "per_step", "rollouts_per_trained_row", "dynamic_sampling", "totals")
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """Mean, sample std (0 for one value), min, max and the values themselves."""
+    array = np.asarray(values, dtype=float)
+    return {
+        "mean": float(array.mean()),
+        "std": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+        "min": float(array.min()),
+        "max": float(array.max()),
+        "per_seed": array.tolist(),
+    }
+
+
+def _interim_warnings(seeds: list[int], seeds_left: list[int]) -> list[str]:
+    if not seeds_left:
+        return []
+    return [
+        f"Interim report: {len(seeds)} of the {len(seeds) + len(seeds_left)} planned seeds finished every arm "
+        f"({_seed_list(seeds)}); {_seed_list(seeds_left)} {'is' if len(seeds_left) == 1 else 'are'} left, and every "
+        "figure across seeds may move when they have run."
+    ]
+
+
+def _seed_list(seeds: list[int]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def run_machine(run: dict[str, Any]) -> str:
+    """The machine a run ran on (`machine_label`; a record rebuilt from comparison.json carries the label)."""
+    return run.get("machine_label") or machine_label(run.get("machine"))
+
+
+def machine_counts(records: Records) -> dict[str, int]:
+    """How many of the runs ran on each machine."""
+    return dict(Counter(run_machine(run) for runs in records.values() for run in runs))
+
+
+def _evaluation_seconds(runs: list[dict[str, list[dict]]]) -> float | None:
+    """Mean wall seconds of one evaluation over every seed's evaluations (None for records that predate it)."""
+    seconds = [e["eval_seconds"] for run in runs for e in run["eval"] if "eval_seconds" in e]
+    return float(np.mean(seconds)) if seconds else None
+
+
+def _refills(steps: list[dict]) -> dict[str, float] | None:
+    """Mean over steps of what dynamic sampling's rounds did, or None for an arm without it."""
+    if not any(f"pods/{name}" in step for step in steps for name in REFILLS):
+        return None
+    return {name: float(np.mean([step[f"pods/{name}"] for step in steps])) for name in REFILLS}
+
+
+def _machine_warnings(settings: CompareSettings, records: Records) -> list[str]:
+    """Seeds whose arms ran on different machines (their speedup divides seconds of two CPUs), else a note when the
+    seeds did (each seed's speedup holds; pooled seconds, such as seconds per step, mix CPUs)."""
+    labels = {name: [run_machine(run) for run in runs] for name, runs in records.items()}
+    mixed = []
+    for index, seed in enumerate(settings.seeds):
+        machines = sorted({arm_labels[index] for arm_labels in labels.values()})
+        if len(machines) > 1:
+            mixed.append(f"seed {seed} ({'; '.join(machines)})")
+    if mixed:
+        return [
+            f"The arms of {', '.join(mixed)} ran on different machines: those seeds' times and speedups compare "
+            "seconds from different CPUs. Rerun them on one machine."
+        ]
+    machines = machine_counts(records)
+    if len(machines) > 1:
+        return [
+            f"The seeds ran on {len(machines)} machines ({'; '.join(f'{m}: {k} runs' for m, k in machines.items())}); "
+            "each seed's arms share one, so per-seed speedups hold, but pooled seconds (per step, per evaluation, "
+            "the curves' time axis) mix CPUs."
+        ]
+    return []
+
+
+def curves_of(runs: list[dict[str, Any]], metric: str, axis: str) -> list[Curve]:
+    """Each run's evaluations against `axis`: "train_seconds" or "step"."""
+    return [([e[axis] for e in run["eval"]], [e[metric] for e in run["eval"]]) for run in runs]
+
+
+def choose_target(settings: CompareSettings, baseline: list[Curve] | None) -> Target | None:
+    """`target_accuracy` when set, else `target_gain` of the baseline's gain; None without a baseline or a gain."""
+    if baseline is None:
+        return None
+    reference = gain_target(baseline, settings.target_gain)
+    if settings.target_accuracy is not None:
+        base, plateau = (None, None) if reference is None else (reference.base, reference.plateau)
+        return Target(float(settings.target_accuracy), None, base, plateau)
+    return reference
+
+
+def reported_targets(settings: CompareSettings, baseline: list[Curve], primary: Target) -> list[Target]:
+    """The targets every speedup is also read at: `target_gains` of the baseline's gain, and the primary one."""
+    targets = [gain_target(baseline, fraction) for fraction in sorted(set(settings.target_gains))]
+    targets = [t for t in targets if t is not None and t.fraction != primary.fraction]
+    return sorted([*targets, primary], key=lambda t: t.accuracy)
+
+
+def arm_versus(
+    baseline: dict[str, list[Curve]], arm: dict[str, list[Curve]], target: Target, targets: list[Target]
+) -> dict[str, Any]:
+    """One arm against the baseline (`baseline` and `arm`: curves against "seconds" and against "steps", seed by
+    seed): times and steps to `target` per seed and over seeds, the same at every one of `targets`, and the
+    window-mean difference."""
+    accuracy = target.accuracy
+    per_seed = {
+        axis: [
+            seed_speedup(time_to_target(*b, accuracy), time_to_target(*a, accuracy))
+            for b, a in zip(baseline[axis], arm[axis], strict=True)
+        ]
+        for axis in ("seconds", "steps")
+    }
+    windows, differences = window_differences(baseline["seconds"], arm["seconds"])
+    by_target = []
+    for other in targets:
+        row = {"fraction": other.fraction, "accuracy": other.accuracy}
+        for axis, key in (("seconds", "time_to_target"), ("steps", "steps_to_target")):
+            result = speedup_test(baseline[axis], arm[axis], other.accuracy)
+            row[key] = asdict(result)
+        by_target.append(row)
+    primary = next(row for row in by_target if row["accuracy"] == accuracy)
+    return {
+        "time_to_target": primary["time_to_target"],
+        "steps_to_target": primary["steps_to_target"],
+        "mean_accuracy_difference": asdict(paired_difference(differences)),
+        "speedup_per_seed": [asdict(s) for s in per_seed["seconds"]],
+        "steps_speedup_per_seed": [asdict(s) for s in per_seed["steps"]],
+        "seed_verdicts": dict(Counter(s.verdict for s in per_seed["seconds"])),
+        "by_target": by_target,
+        "sign_across_targets": {key: _sign_across(by_target, key) for key in ("time_to_target", "steps_to_target")},
+        "mean_accuracy_window": windows,
+        "mean_accuracy_difference_per_seed": differences,
+    }
+
+
+def _sign_across(by_target: list[dict[str, Any]], key: str) -> str:
+    """ "faster" or "slower" when the test's sign is that at every target, else "changes"."""
+    directions = {row[key]["direction"] for row in by_target}
+    return directions.pop() if len(directions) == 1 and directions != {"tie"} else "changes"
+
+
+def decide(versus: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
+    """Verdicts of every arm against the baseline ({arm: {measure: word}}) after Holm's adjustment over the family
+    of every arm's MEASURES, and the family's description; the adjusted p-values are written into `versus`."""
+    members = [(name, measure) for name in versus for measure in MEASURES]
+    p_values = [
+        versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]["p_value"]
+        for name, measure in members
+    ]
+    adjusted = holm(p_values)
+    verdicts: dict[str, dict[str, str]] = {name: {} for name in versus}
+    for (name, measure), p_value in zip(members, adjusted, strict=True):
+        versus[name].setdefault("adjusted_p_values", {})[measure] = p_value
+        figure = versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]
+        sign = figure["estimate"] if measure == "mean_accuracy" else _side(figure)
+        up, down = VERDICTS[measure]
+        resolved = p_value is not None and p_value <= ALPHA and sign != 0
+        verdicts[name][measure] = NOT_RESOLVED if not resolved else up if sign > 0 else down
+        versus[name].setdefault("verdicts", {})[measure] = verdicts[name][measure]
+    family = {
+        "tests": sum(p is not None for p in p_values),
+        "adjustment": "Holm",
+        "level": LEVEL,
+        "members": [f"{name}: {measure}" for name, measure in members],
+    }
+    return verdicts, family
+
+
+def _side(figure: dict[str, Any]) -> int:
+    """`Speedup.side` of a speedup as comparison.json holds it: +1 (-1) when its interval lies above (below) 1."""
+    if figure["low"] is not None and figure["low"] > 1:
+        return 1
+    return -1 if figure["high"] is not None and figure["high"] < 1 else 0
+
+
+def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What each arm's step records give (`STEP_MEASURES`): steps per run, seconds per step by phase, rollouts and
+    tokens per step and per run, and dynamic sampling's refills."""
+    steps = [step for run in runs for step in run["step"]]
+    seconds = {phase: float(np.mean([s[f"pods/time_{phase}"] for s in steps])) for phase in PHASES}
+    seconds["total"] = sum(seconds.values())
+    per_step = {c: float(np.mean([s[f"pods/{c}"] for s in steps])) for c in COUNTS}
+    return {
+        "steps": spread([len(run["step"]) for run in runs]),
+        "seconds_per_step": seconds,
+        "per_step": per_step,
+        "rollouts_per_trained_row": per_step["rollouts_generated"] / per_step["rollouts_trained"],
+        "dynamic_sampling": _refills(steps),
+        "totals": {c: float(np.mean([sum(s[f"pods/{c}"] for s in run["step"]) for run in runs])) for c in COUNTS},
+    }
+
+
+def projections(
+    arms: dict[str, dict[str, Any]], baseline: str, cost_model: CostModel, cost_models: list[StepCost]
+) -> None:
+    """Each arm's steps-to-target speedup turned into a time-to-target speedup by a step cost: this machine's
+    measured seconds per step, its fitted cost model, and `cost_models` (the built-in references and the user's).
+    The projection is the steps speedup x the baseline's step cost / the arm's; its interval the steps interval's,
+    scaled the same (the cost taken as known). Written into each arm's "vs_baseline"."""
+    base = arms[baseline]
+    base_generated, base_trained = base["per_step"]["rollouts_generated"], base["per_step"]["rollouts_trained"]
+    for arm in arms.values():
+        versus = arm["vs_baseline"]
+        if versus is None:
+            continue
+        generated, trained = arm["per_step"]["rollouts_generated"], arm["per_step"]["rollouts_trained"]
+        costs = {
+            "this machine, measured": (
+                "mean seconds per step of these runs",
+                arm["seconds_per_step"]["total"],
+                base["seconds_per_step"]["total"],
+            ),
+            "this machine, fitted": (
+                "this comparison's cost model",
+                cost_model.step_seconds(generated, trained),
+                cost_model.step_seconds(base_generated, base_trained),
+            ),
+        }
+        for cost in cost_models:
+            costs[cost.name] = (
+                cost.source,
+                cost.step_seconds(generated, trained, base_trained),
+                cost.step_seconds(base_generated, base_trained, base_trained),
+            )
+        steps = versus["steps_to_target"]
+        rows = {}
+        for name, (source, arm_seconds, base_seconds) in costs.items():
+            if arm_seconds is None or base_seconds is None or arm_seconds <= 0 or base_seconds <= 0:
+                rows[name] = {"source": source, "step_cost_ratio": None, "estimate": None, "low": None, "high": None}
+                continue
+            ratio = arm_seconds / base_seconds
+
+            def scaled(value: float | None, ratio: float = ratio) -> float | None:
+                return None if value is None else value / ratio
+
+            rows[name] = {
+                "source": source,
+                "step_cost_ratio": ratio,
+                "estimate": scaled(steps["estimate"]),
+                "low": scaled(steps["low"]),
+                "high": scaled(steps["high"]),
+            }
+        versus["projections"] = rows
+
+
+def summarize(
+    settings: CompareSettings,
+    records: Records,
+    learning_rates: dict[str, Any] | None = None,
+    *,
+    planned_seeds: list[int] | None = None,
+    saved_steps: dict[str, dict[str, Any]] | None = None,
+    saved_cost_model: CostModel | None = None,
+) -> dict[str, Any]:
+    """The comparison of `records` run with `settings`: everything comparison.json holds. `learning_rates`: the
+    tuning's choice (`tuning.choose_learning_rates`), when the arms' rates were tuned. `planned_seeds`: the
+    comparison's seeds when `records` hold only the finished ones (`settings.seeds`), for an interim report that says
+    so. `saved_steps` and `saved_cost_model`: each arm's `STEP_MEASURES` and the cost model, for records without
+    step logs (a report rewritten from comparison.json)."""
+    metric = settings.metric
+    seconds = {name: curves_of(runs, metric, "train_seconds") for name, runs in records.items()}
+    steps = {name: curves_of(runs, metric, "step") for name, runs in records.items()}
+    baseline = settings.baseline
+    target = choose_target(settings, seconds.get(baseline))
+    targets = [] if target is None else reported_targets(settings, seconds[baseline], target)
+    if saved_steps is None:
+        saved_steps = {name: step_measures(runs) for name, runs in records.items()}
+    cost_model = saved_cost_model or CostModel.fit(
+        [step for runs in records.values() for run in runs for step in run["step"]]
+    )
+    arms = {}
+    for name, runs in records.items():
+        n, m, rule = settings.arm_sizes(name)
+        measured = saved_steps[name]
+        versus = None
+        if target is not None and name != baseline:
+            versus = arm_versus(
+                {"seconds": seconds[baseline], "steps": steps[baseline]},
+                {"seconds": seconds[name], "steps": steps[name]},
+                target,
+                targets,
+            )
+        arms[name] = {
+            "n": n,
+            "m": m,
+            "rule": rule,
+            "runs": [f"{name}/seed-{seed}" for seed in settings.seeds],
+            "evaluations": [run["eval"] for run in runs],
+            "peak_accuracy": spread([max(values) for _, values in seconds[name]]),
+            "final_accuracy": spread([values[-1] for _, values in seconds[name]]),
+            **{key: measured[key] for key in STEP_MEASURES},
+            "train_seconds": spread([times[-1] for times, _ in seconds[name]]),
+            "time_to_target": None
+            if target is None
+            else [asdict(time_to_target(*c, target.accuracy)) for c in seconds[name]],
+            "steps_to_target": None
+            if target is None
+            else [asdict(time_to_target(*c, target.accuracy)) for c in steps[name]],
+            "vs_baseline": versus,
+            "seconds_per_evaluation": _evaluation_seconds(runs),
+            "predicted_seconds_per_step": cost_model.step_seconds(
+                measured["per_step"]["rollouts_generated"], measured["per_step"]["rollouts_trained"]
+            ),
+            "curve": band(seconds[name]),
+        }
+    compared = {name: arm["vs_baseline"] for name, arm in arms.items() if arm["vs_baseline"] is not None}
+    verdicts, family = decide(compared)
+    cost_models = [*REFERENCE_COSTS, *StepCost.check_all(settings.cost_models or [], "cost_models")]
+    if compared:
+        projections(arms, baseline, cost_model, cost_models)
+    seeds_left = [seed for seed in planned_seeds or [] if seed not in settings.seeds]
+    return {
+        "settings": settings.to_dict(),
+        "metric": metric,
+        "target": None if target is None else {**asdict(target), "baseline": baseline},
+        "targets": [asdict(t) for t in targets],
+        "method": {
+            "speedup": SPEEDUP_METHOD,
+            "mean_accuracy": f"paired Student-t on the per-seed window-mean differences, {LEVEL:.0%} interval",
+            "family": family,
+        },
+        "verdicts": verdicts,
+        "arms": arms,
+        "learning_rates": learning_rates,
+        "machines": machine_counts(records),
+        "summary": summary_lines(baseline, arms, target, family),
+        "cost_model": {
+            "phases": cost_model.to_dict(),
+            "when_pods_pays": when_pods_pays(cost_model, settings.n, settings.m, settings.prompts_per_step),
+            "references": [asdict(cost) for cost in cost_models],
+        },
+        "seeds_left": seeds_left,
+        "warnings": _interim_warnings(settings.seeds, seeds_left)
+        + _legacy_warnings(settings)
+        + tuning_warnings(learning_rates)
+        + _warnings(settings, records, seconds, target, compared),
+        "definitions": DEFINITIONS,
+    }
+
+
+def _legacy_warnings(settings: CompareSettings) -> list[str]:
+    if settings.legacy_target is None:
+        return []
+    rule = (
+        f"target_accuracy {settings.target_accuracy:g}"
+        if settings.target_accuracy is not None
+        else f"{settings.target_gain:.0%} of the baseline's gain (target_gain, the default)"
+    )
+    return [
+        f"compare.yaml sets 'target: {settings.legacy_target:g}', the rule this folder was started with ("
+        f"{settings.legacy_target:g} x the mean over the baseline's seeds of each seed's highest evaluation, a target "
+        f"that evaluation noise sets); it is not used: this report's target is {rule}."
+    ]
+
+
+def _evaluation_seconds(runs: list[dict[str, list[dict]]]) -> float | None:
+    """Mean wall seconds of one evaluation over every seed's evaluations (None for records that predate it)."""
+    seconds = [e["eval_seconds"] for run in runs for e in run["eval"] if "eval_seconds" in e]
+    return float(np.mean(seconds)) if seconds else None
+
+
+def _refills(steps: list[dict]) -> dict[str, float] | None:
+    """Mean over steps of what dynamic sampling's rounds did, or None for an arm without it."""
+    if not any(f"pods/{name}" in step for step in steps for name in REFILLS):
+        return None
+    return {name: float(np.mean([step[f"pods/{name}"] for step in steps])) for name in REFILLS}
+
+
+# ---------------------------------------------------------------- words
+
+
+def ratio_text(value: float | None, *, low: bool = False) -> str:
+    """'1.25'; '0' for a lower end at 0 (no bound); '∞' for an unbounded upper end; '-' for no estimate."""
+    if value is None:
+        return "-" if low else "∞"
+    return "0" if value == 0 else f"{value:.2f}"
+
+
+def speedup_text(figure: dict[str, Any]) -> str:
+    """'1.25x (95% interval 0.80-2.10x)'; the estimate '-' when the data bound it on one side only."""
+    estimate = "-" if figure["estimate"] is None else f"{figure['estimate']:.2f}x"
+    if figure["low"] is None:
+        return f"{estimate} (no {LEVEL:.0%} interval: every speedup is rejected)"
+    return f"{estimate} ({LEVEL:.0%} interval {ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
+
+
+def difference_text(figure: dict[str, Any]) -> str:
+    """'+4.5 points (-4.0 to +13.0)'."""
+    text = f"{100 * figure['estimate']:+.1f} points"
+    if figure["low"] is None:
+        return text + (" (no interval from one seed)" if figure["seeds"] < 2 else " (no interval: every seed the same)")
+    return text + f" ({100 * figure['low']:+.1f} to {100 * figure['high']:+.1f})"
+
+
+def p_text(p_value: float | None) -> str:
+    return "-" if p_value is None else f"{p_value:.3f}" if p_value >= 0.001 else "<0.001"
+
+
+def verdict_text(verdict: str, adjusted: float | None) -> str:
+    return f"{verdict} (Holm p {p_text(adjusted)})"
+
+
+def target_text(target: dict[str, Any] | Target, baseline: str) -> str:
+    """'75% of grpo's gain (42.5% -> 90.1%): 78.2%' or '78.2% (absolute)'."""
+    target = target if isinstance(target, dict) else asdict(target)
+    if target["fraction"] is None:
+        return f"{100 * target['accuracy']:.1f}% (absolute)"
+    return (
+        f"{target['fraction']:.0%} of {baseline}'s gain ({100 * target['base']:.1f}% -> "
+        f"{100 * target['plateau']:.1f}%): {100 * target['accuracy']:.1f}%"
+    )
+
+
+def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, family: dict[str, Any]) -> list[str]:
+    """One line per arm against the baseline: time and steps to target, whether the sign holds at every reported
+    target, the window mean, each with its verdict; then the family the verdicts are adjusted over."""
+    lines = []
+    for name, arm in arms.items():
+        versus = arm["vs_baseline"]
+        if versus is None:
+            continue
+        adjusted = versus["adjusted_p_values"]
+        words = versus["verdicts"]
+        time, steps = versus["time_to_target"], versus["steps_to_target"]
+        seeds = time["seeds"]
+        reached = (
+            f"reached by {time['reached']['arm']} of {seeds} {name} and {time['reached']['baseline']} of {seeds} "
+            f"{baseline} runs"
+        )
+        signs = versus["sign_across_targets"]
+        fractions = "/".join(f"{row['fraction']:.0%}" if row["fraction"] else "abs" for row in versus["by_target"])
+        across = (
+            f"{signs['time_to_target']} at every target ({fractions} of the gain)"
+            if signs["time_to_target"] != "changes"
+            else f"its sign changes across the targets ({fractions} of the gain)"
+        )
+        lines.append(
+            f"{name} vs {baseline}: time to target {speedup_text(time)}, {reached}: "
+            f"{verdict_text(words['time_to_target'], adjusted['time_to_target'])}; {across}; in steps "
+            f"{speedup_text(steps)}: {verdict_text(words['steps_to_target'], adjusted['steps_to_target'])}; mean "
+            f"accuracy over the window {difference_text(versus['mean_accuracy_difference'])}: "
+            f"{verdict_text(words['mean_accuracy'], adjusted['mean_accuracy'])}"
+        )
+    if lines and target is not None:
+        lines.append(
+            f"Target: {target_text(target, baseline)}. Verdicts at the {1 - LEVEL:.0%} level after Holm's adjustment "
+            f"over the family of {family['tests']} tests (time to target, steps to target and mean accuracy of each "
+            f"arm against {baseline}); the intervals are {LEVEL:.0%} per comparison, unadjusted."
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- warnings
+
+
+def _warnings(
+    settings: CompareSettings,
+    records: Records,
+    curves: dict[str, list[Curve]],
+    target: Target | None,
+    compared: dict[str, dict[str, Any]],
+) -> list[str]:
+    """Conditions under which the numbers mean little: no baseline or no gain, unequal starts, too few seeds, and
+    `_target_warnings`."""
+    warnings = []
+    if settings.baseline not in records:
+        warnings.append(f"The baseline arm {settings.baseline!r} was not run: no target, times or speedups.")
+    elif target is None:
+        warnings.append(
+            f"The baseline {settings.baseline!r} gained nothing (its plateau, the mean curve over the last "
+            f"{PLATEAU_SHARE:.0%} of the window, is not above its start): no target, times or speedups."
+        )
+    if target is not None:
+        warnings += _target_warnings(settings, curves, target.accuracy)
+    least = min((versus["time_to_target"]["least_p_value"] for versus in compared.values()), default=0.0)
+    if least > ALPHA:
+        warnings.append(
+            f"With {len(settings.seeds)} seed(s) per arm the speedup test's smallest possible p-value is {least:.2f}, "
+            f"above {ALPHA:g}: no time or steps to target can be resolved; it takes at least 4 seeds per arm."
+        )
+    warnings += _machine_warnings(settings, records)
+    for index, seed in enumerate(settings.seeds):
+        starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
+        if max(starts.values()) - min(starts.values()) > 1e-9:
+            warnings.append(
+                f"Seed {seed}: the accuracy before training differs between arms {starts}; the arms did not start "
+                "from the same model, evaluation set or code."
+            )
+    return warnings
+
+
+def _target_warnings(settings: CompareSettings, curves: dict[str, list[Curve]], target: float) -> list[str]:
+    """A target met untrained, figures bound by the evaluation schedule, runs that never reach the target."""
+    warnings = []
+    for name, arm_curves in curves.items():
+        is_baseline = name == settings.baseline
+        if is_baseline and all(values[0] >= target for _, values in arm_curves):
+            warnings.append(
+                "The target is met before any training in every baseline seed: train longer, raise the target or "
+                "evaluate on more examples before reading times to target."
+            )
+            continue
+        warnings += resolution_warnings(name, settings.seeds, arm_curves, target, baseline=is_baseline)
+        never = sum(time_to_target(*curve, target).censored for curve in arm_curves)
+        if never:
+            who = f"{name} (the baseline)" if is_baseline else name
+            warnings.append(
+                f"{who}: {never} of {len(arm_curves)} seed(s) never reached the target; the speedup tests rank such "
+                "a run after every run that reached it, and a seed where neither arm reached it counts for neither."
+            )
+    return warnings
+
+
+DEFINITIONS = {
+    "metric": "the held-out measure compared: accuracy (greedy pass@1) or accuracy_sampled (pass@1 averaged over "
+    "eval.sampled_k samples at the training temperature)",
+    "evaluations": "every evaluation of every seed, as in its metrics.jsonl: taken once the training clock crosses "
+    "k x eval.every_seconds (the same grid for every arm), at the exact training seconds and step recorded; the "
+    "start and the end are evaluated too",
+    "target": "target_accuracy when set, else target_gain of the baseline's gain: its base is the mean over seeds of "
+    f"the first evaluation (before training), its plateau the mean over seeds of each curve's mean over the last "
+    f"{PLATEAU_SHARE:.0%} of the window (up to the end of the shortest baseline run), so that no single noisy "
+    "evaluation sets it; every speedup is also read at target_gains of the gain (by_target)",
+    "peak accuracy": PEAK + " (reported; it no longer sets the target)",
+    "time_to_target": "per seed: the bracket [below, reached] = [last evaluation below the target, first at or "
+    "above it] and the crossing interpolated linearly inside it; a run that never reaches it is censored at its "
+    "training time (reported as '> that time'); steps_to_target: the same against optimizer steps",
+    "speedup": f"over seeds, by a {SPEEDUP_METHOD}; the p-value tests s = 1, and a seed where neither arm reached "
+    "the target counts for neither (censored runs tie with each other and rank after every run that reached it). "
+    "Per seed (speedup_per_seed): the baseline's crossing / the arm's where both reached the target, the bounds "
+    "their brackets allow, and whether the brackets decide: faster, slower, undecided or neither reached",
+    "mean_accuracy_difference": "per seed: the arm's minus the baseline's mean accuracy over the window from the "
+    "start to the end of the shorter of the two runs (area under the linearly interpolated curve / its length); "
+    f"over seeds: the mean with a {LEVEL:.0%} Student-t interval and its p-value",
+    "verdicts": "per arm against the baseline: time_to_target and steps_to_target faster/slower, mean_accuracy "
+    f"higher/lower, when the test's p-value after Holm's adjustment over the family (every arm's three tests) is at "
+    f"most {ALPHA:g} and, for a speedup, its {LEVEL:.0%} interval lies wholly on that side of 1; else not resolved. "
+    f"The intervals are {LEVEL:.0%} per comparison, not adjusted",
+    "sign_across_targets": "faster (or slower) when the time (steps) to target test leans that way at every target "
+    "of by_target, else changes",
+    "projections": "the steps-to-target speedup x the baseline's step cost / the arm's, with its interval scaled "
+    "alike: on this machine (measured seconds per step, and the fitted cost model) and on each step cost of "
+    "cost_model.references (an H200's and the PODS paper's built in, and the settings' cost_models); an arm's rollouts "
+    "per step are rescaled to the reference's batch (the baseline's trained rollouts per step at its "
+    "trained_per_step); a reference without an update cost projects only arms that train as many rows as the baseline",
+    "warnings": "an arm that reaches the target at its first evaluation, a baseline that reaches it only at its "
+    f"last, a bracket wider than {WIDE_BRACKET:g} of the time it bounds: those figures are set by the evaluation "
+    "schedule",
+    "curve": "each seed's evaluations interpolated linearly onto the union of the arm's evaluation times (held at "
+    "the last value after the run ends); the mean over seeds is drawn bold, each seed thin",
+    "seconds_per_step": "mean over all steps of all seeds of the logged phase times (pods/time_*)",
+    "seconds_per_evaluation": "mean wall time of one evaluation over all evaluations of all seeds (not on the "
+    "training clock, but in the wall time of a run)",
+    "rollouts_per_trained_row": "rollouts generated per step / rollouts trained per step (n / m without "
+    "dynamic sampling; its refills add the rounds' rollouts)",
+    "dynamic_sampling": "arms with dynamic sampling, mean over all steps of all seeds: generation rounds per step "
+    "(the first included), prompts generated per step, and the share of generated groups dropped for equal rewards",
+    "totals": "per run (mean over seeds) sums over steps of rollouts and completion tokens generated and trained",
+    "predicted_seconds_per_step": "cost model (per-phase least squares over all steps of all arms: generate, score "
+    "and select vs rollouts generated, update vs rollouts trained) at the arm's mean rollouts per step",
+}

@@ -1,0 +1,308 @@
+"""A comparison's settings (compare.yaml): the shared run settings, the arms, the seeds and the measure; built-in
+defaults, command-line overrides, and what `--resume` may change.
+
+Prompts per step: every arm trains on `prompts_per_step` prompts per optimizer step, i.e. `prompts_per_step * m`
+rows (m = n for the GRPO arms), split over `gradient_accumulation_steps` micro-batches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pods_rl.defaults import default_run_settings
+from pods_rl.run.settings import RunSettings, changed_values, merge, read_yaml
+
+COMPARE_FILE = "compare.yaml"
+
+
+ARM_KEYS = ("n", "m", "rule")  # arm shorthands; the rest of an arm is run-settings overrides
+
+
+DERIVED_TRAINER_KEYS = ("num_generations", "num_selected", "selection_rule", "per_device_train_batch_size")
+
+
+METRICS = ("accuracy", "accuracy_sampled")  # what an evaluation records: greedy, and sampled over eval.sampled_k
+
+
+def default_arms() -> dict[str, dict[str, Any]]:
+    """GRPO with n = m, GRPO on the whole pool (n = m = pool), and PODS n -> m with each selection rule."""
+    return {
+        "grpo": {"n": "m"},
+        "grpo-pool": {"m": "n"},
+        "pods": {"rule": "max_variance"},
+        "pods-random": {"rule": "random"},
+        "pods-max-reward": {"rule": "max_reward"},
+        "grpo-ds": {"n": "m", "trainer": {"dynamic_sampling": True}},
+        "pods-ds": {"rule": "max_variance", "trainer": {"dynamic_sampling": True}},
+    }
+
+
+def default_compare_settings(model: str = "tiny", task: str = "arithmetic") -> dict[str, Any]:
+    """The built-in comparison: the default run (tiny model, arithmetic) stopped by a time budget, not a step count."""
+    return merge(
+        default_run_settings(model, task),
+        {
+            # The budget ends the runs; a constant learning rate keeps arms with different step counts comparable.
+            "trainer": {"max_steps": 1_000_000, "lr_scheduler_type": "constant", "save_strategy": "no"},
+            "eval": {"every_steps": None, "every_seconds": 30.0},
+            "time_budget": 300.0,
+            "n": 16,
+            "m": 4,
+            "prompts_per_step": 16,  # as the default run: 64 trained rows / m = 4
+            "seeds": [0, 1, 2],
+            "target_gain": 0.75,
+            "target_gains": [0.5, 0.75, 0.9],
+            "target_accuracy": None,
+            "metric": "accuracy",
+            "baseline": "grpo",
+        },
+    )
+
+
+@dataclass
+class CompareSettings:
+    """A comparison: shared run settings (`base`), the arms, the seeds and the measure."""
+
+    base: dict[str, Any]
+    arms: dict[str, dict[str, Any]]
+    seeds: list[int]
+    n: int
+    m: int
+    prompts_per_step: int
+    baseline: str
+    # The target: this fraction of the baseline's gain, from its accuracy before training to its plateau (the mean
+    # curve over the last quarter of the window); the verdicts are drawn there. `target_gains`: the fractions every
+    # speedup is also reported at. `target_accuracy`: an absolute target instead of `target_gain`, when set.
+    target_gain: float = 0.75
+    target_gains: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
+    target_accuracy: float | None = None
+    metric: str = "accuracy"
+    lr_grid: list[float] | None = None  # each arm's learning rate is chosen from these on the tuning seeds
+    tuning_seeds: list[int] | None = None
+    # Step costs to project the steps to target onto (pods_rl.compare.cost_model.StepCost fields), besides the
+    # built-in references; they change no run, so --resume may change them.
+    cost_models: list[dict[str, Any]] | None = None
+    # Not settings: whether the arms are checked against this environment (vLLM installed, the process count,
+    # TRL's config; a folder that is only read, by --report or --status, needs neither, nor TRL), and the target of a
+    # folder started before `target_gain` (a fraction of the baseline's peak), which its report names.
+    environment_checks: bool = field(default=True, repr=False)
+    legacy_target: float | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: dict[str, Any],
+        *,
+        where: str = "compare settings",
+        environment_checks: bool = True,
+        saved: bool = False,
+    ) -> CompareSettings:
+        """`saved`: the settings of an existing folder, which may hold the old `target` (a fraction of the
+        baseline's peak): kept aside to be named in the report, not used."""
+        data = dict(data)
+        legacy = data.pop("target", None)
+        if legacy is not None and not saved:
+            raise ValueError(
+                f"{where}: 'target' (a fraction of the baseline's peak) is replaced by 'target_gain', a fraction of "
+                "the baseline's gain from its start to its plateau (e.g. target_gain: 0.75), or 'target_accuracy'."
+            )
+        names = [f.name for f in fields(cls) if f.name not in NOT_SETTINGS]
+        values = {name: data[name] for name in names if name in data}
+        required = [
+            f.name
+            for f in fields(cls)
+            if f.name not in NOT_SETTINGS and f.default is MISSING and f.default_factory is MISSING
+        ]
+        missing = sorted(set(required) - set(values))
+        if missing:
+            raise ValueError(f"{where}: missing key(s) {missing}.")
+        base = {k: v for k, v in data.items() if k not in names}
+        settings = cls(base=base, **values, environment_checks=environment_checks, legacy_target=legacy)
+        settings.check(where)
+        return settings
+
+    def check(self, where: str) -> None:
+        if not (isinstance(self.n, int) and isinstance(self.m, int) and 2 <= self.m <= self.n):
+            raise ValueError(f"{where}: need integers 2 <= m <= n, got n={self.n!r}, m={self.m!r}.")
+        if not isinstance(self.prompts_per_step, int) or self.prompts_per_step < 1:
+            raise ValueError(f"{where}: prompts_per_step must be a positive integer, got {self.prompts_per_step!r}.")
+        if not self.seeds or not all(isinstance(s, int) for s in self.seeds):
+            raise ValueError(f"{where}: seeds must be a non-empty list of integers, got {self.seeds!r}.")
+        gains = self.target_gains
+        if not isinstance(gains, list) or not all(_fraction(g) for g in [self.target_gain, *gains]):
+            raise ValueError(
+                f"{where}: target_gain and target_gains must be fractions of the baseline's gain in (0, 1], got "
+                f"{self.target_gain!r} and {gains!r}."
+            )
+        if self.cost_models is not None:
+            from pods_rl.compare.cost_model import StepCost
+
+            StepCost.check_all(self.cost_models, where)
+        absolute = self.target_accuracy
+        if absolute is not None and (isinstance(absolute, bool) or not isinstance(absolute, (int, float))):
+            raise ValueError(f"{where}: target_accuracy must be an accuracy in (0, 1] or null, got {absolute!r}.")
+        if absolute is not None and not 0 < absolute <= 1:
+            raise ValueError(f"{where}: target_accuracy must be an accuracy in (0, 1] or null, got {absolute!r}.")
+        if self.metric not in METRICS:
+            raise ValueError(f"{where}: metric must be one of {list(METRICS)}, got {self.metric!r}.")
+        if self.metric == "accuracy_sampled" and not (self.base.get("eval") or {}).get("sampled_k"):
+            raise ValueError(f"{where}: metric accuracy_sampled needs eval.sampled_k > 0 (samples per question).")
+        if not isinstance(self.arms, dict) or not self.arms:
+            raise ValueError(f"{where}: arms must be a non-empty mapping of arm name to settings.")
+        self._check_tuning(where)
+        for name, arm in self.arms.items():
+            if not isinstance(arm, dict):
+                raise ValueError(f"{where}: arm {name!r} must be a mapping, got {arm!r}.")
+            for key in ("seed", "time_budget"):
+                if key in arm:
+                    raise ValueError(f"{where}: arm {name!r} sets {key!r}; every arm shares the comparison's.")
+            _reject_derived(arm.get("trainer") or {}, f"{where}: arm {name!r}", allow_batch=True)
+            if not all(isinstance(size, int) for size in self.arm_sizes(name)[:2]):
+                raise ValueError(f"{where}: arm {name!r}: n and m must be integers or 'n' / 'm', got {arm!r}.")
+            self.arm_settings(name, self.seeds[0])  # validates the arm's run settings now, not hours later
+
+    def _check_tuning(self, where: str) -> None:
+        if self.lr_grid is None and self.tuning_seeds is None:
+            return
+        grid, seeds = self.lr_grid or [], self.tuning_seeds or []
+        if not grid or not all(isinstance(rate, float) and rate > 0 for rate in grid) or len(set(grid)) < len(grid):
+            raise ValueError(f"{where}: lr_grid must be a list of distinct positive learning rates, got {grid!r}.")
+        if not seeds or not all(isinstance(s, int) for s in seeds):
+            raise ValueError(f"{where}: lr_grid needs tuning_seeds, a non-empty list of integers; got {seeds!r}.")
+        if set(seeds) & set(self.seeds):
+            raise ValueError(
+                f"{where}: tuning_seeds {seeds} overlap seeds {self.seeds}: the reported seeds must be "
+                "ones the tuning never saw."
+            )
+        tuned = [name for name, arm in self.arms.items() if "learning_rate" in (arm.get("trainer") or {})]
+        if tuned:
+            raise ValueError(
+                f"{where}: arm(s) {tuned} set trainer.learning_rate; with lr_grid every arm's rate is "
+                "chosen from the grid."
+            )
+
+    def arm_sizes(self, name: str) -> tuple[int, int, str]:
+        """The arm's pool size n, trained size m and rule; 'n' and 'm' refer to the comparison's values."""
+        arm = self.arms[name]
+        sizes = {"n": self.n, "m": self.m}
+        n, m = (sizes.get(value, value) for value in (arm.get("n", "n"), arm.get("m", "m")))
+        return n, m, arm.get("rule", "max_variance")
+
+    def arm_settings(self, name: str, seed: int, learning_rate: float | None = None) -> RunSettings:
+        """The full run settings of one arm and seed: base, then the arm's overrides, then n, m, rule and batch (and
+        the learning rate, when it is tuned)."""
+        arm = self.arms[name]
+        n, m, rule = self.arm_sizes(name)
+        data = merge(self.base, {k: v for k, v in arm.items() if k not in ARM_KEYS})
+        trainer = {"num_generations": n, "num_selected": m, "selection_rule": rule}
+        if learning_rate is not None:
+            trainer["learning_rate"] = learning_rate
+        if "per_device_train_batch_size" not in (arm.get("trainer") or {}):
+            accumulation = data["trainer"].get("gradient_accumulation_steps", 1)
+            rows = self.prompts_per_step * m
+            if rows % accumulation:
+                raise ValueError(
+                    f"arm {name!r}: prompts_per_step * m = {rows} rows per step do not split into "
+                    f"gradient_accumulation_steps={accumulation} equal micro-batches."
+                )
+            trainer["per_device_train_batch_size"] = rows // accumulation
+        checks = "all" if self.environment_checks else "portable"
+        settings = RunSettings.from_dict(
+            merge(data, {"trainer": trainer, "seed": seed}), where=f"arm {name!r}", checks=checks
+        )
+        if self.environment_checks:
+            settings.trainer_config(Path("unused"))  # raises on an invalid trainer setting
+        return settings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.base, **{k: v for k, v in asdict(self).items() if k not in NOT_SETTINGS}}
+
+
+NOT_SETTINGS = ("base", "environment_checks", "legacy_target")  # CompareSettings fields compare.yaml does not hold
+
+
+def _fraction(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+
+
+def _reject_derived(trainer: dict[str, Any], where: str, *, allow_batch: bool = False) -> None:
+    derived = [k for k in DERIVED_TRAINER_KEYS if k in trainer and not (allow_batch and k.startswith("per_device"))]
+    if derived:
+        raise ValueError(
+            f"{where}: trainer {derived} are set per arm from n, m, rule and prompts_per_step; use those instead."
+        )
+
+
+def resolve_compare(
+    config_file: Path | None, overrides: list[dict[str, Any]], *, only: list[str] | None = None
+) -> CompareSettings:
+    """Built-in defaults, then the file, then command-line overrides. The file's `arms` replace the default arms."""
+    user = read_yaml(config_file) if config_file is not None else {}
+    where = str(config_file) if config_file else "compare settings"
+    arms = user.pop("arms", None) or default_arms()
+    for override in overrides:
+        user = merge(user, override)
+    arms = merge(arms, user.pop("arms", {}))
+    if "seed" in user:
+        raise ValueError(f"{where}: use 'seeds: [...]' (every arm runs every seed), not 'seed'.")
+    _reject_derived(user.get("trainer") or {}, where)
+    data = merge(default_compare_settings(user.get("model", "tiny"), user.get("task", "arithmetic")), user)
+    if data["time_budget"] is None and "max_steps" not in (user.get("trainer") or {}):
+        raise ValueError(f"{where}: set time_budget (seconds of training per run) or trainer.max_steps.")
+    if only:
+        unknown = sorted(set(only) - set(arms))
+        if unknown:
+            raise ValueError(f"Unknown arm(s) {unknown}; the arms are {list(arms)}.")
+        arms = {name: spec for name, spec in arms.items() if name in only}
+    return CompareSettings.from_dict({**data, "arms": arms}, where=where)
+
+
+def default_compare_dir(settings: CompareSettings) -> Path:
+    model = Path(settings.base["model"]).name
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-compare-{settings.base['task']}-{model}".replace(":", "_")
+
+
+GROWABLE = ("lr_grid", "tuning_seeds", "seeds")
+FREE_ON_RESUME = ("cost_models",)  # change no run
+
+
+def extend_on_resume(
+    saved: CompareSettings, overrides: list[dict[str, Any]], *, where: str
+) -> tuple[CompareSettings, dict[str, tuple[list, list]]]:
+    """The saved comparison with `overrides` applied, and the changes as {key: (old, new)}.
+
+    Only the lists of GROWABLE may change, and only by adding values, so that every finished run stays one the
+    comparison plans (a wider learning-rate grid or more seeds train only the new runs). Raises ValueError otherwise.
+    """
+    data = saved.to_dict()
+    for override in overrides:
+        data = merge(data, override)
+    updated = CompareSettings.from_dict(data, where=where)
+    changes = changed_values(saved.to_dict(), updated.to_dict())
+    refused = [
+        key
+        for key, (old, new) in changes.items()
+        if key.split(".")[0] not in FREE_ON_RESUME
+        and (key not in GROWABLE or not isinstance(old, list) or not set(old) <= set(new or []))
+    ]
+    if refused:
+        raise ValueError(
+            f"{where}: cannot change {', '.join(refused)}: a resumed comparison keeps its settings; it may only add "
+            f"values to {', '.join(GROWABLE)} (e.g. --set 'lr_grid=[1e-5, 2e-5, 4e-5, 8e-5]')."
+        )
+    return updated, changes
+
+
+def load_compare(output_dir: Path, option: str = "--resume") -> CompareSettings:
+    """The settings a comparison folder was started with, to finish or report it (`option` names the flag that
+    gave the folder, for the error). Only --resume checks the arms against this environment: a comparison that
+    trained with vLLM can be reported where vLLM is not installed."""
+    path = Path(output_dir) / COMPARE_FILE
+    if not path.exists():
+        raise ValueError(f"{option} {output_dir}: no comparison there ({COMPARE_FILE} is missing).")
+    return CompareSettings.from_dict(
+        read_yaml(path), where=str(path), environment_checks=option == "--resume", saved=True
+    )

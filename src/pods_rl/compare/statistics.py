@@ -1,0 +1,485 @@
+"""What a comparison can claim from its evaluation curves: a target set by the baseline's gain, times to target with
+censoring, a speedup with an interval whose coverage is checked by simulation, and window-mean differences.
+
+Pure functions of evaluation curves (x in training seconds or in optimizer steps, accuracies in [0, 1]); no
+knowledge of arms, folders or files. Seeds are paired by position (curve i of every arm is seed i) for the window
+mean and the per-seed table; the speedup compares the two arms' seeds as two samples.
+
+- Target: `base + fraction x (plateau - base)`, a fraction of the baseline's gain. Its base is the mean over seeds
+  of the first evaluation (before training); its plateau the mean over seeds of each curve's mean accuracy over the
+  last quarter of the window (up to the end of the shortest baseline run). Both are means of many evaluations, so
+  no single noisy evaluation sets the target (the highest evaluation of each seed did, before).
+- Time to target of one run: the bracket [last evaluation below the target, first at or above it] and the
+  linearly interpolated crossing inside it; a run that never reaches the target is censored at its last
+  evaluation (it needed more than that).
+- Speedup (`SPEEDUP_METHOD`): the factor s by which the arm's times to target, multiplied by s, match the
+  baseline's. For each candidate s, the arm's evaluation times are multiplied by s; whichever arm's evaluations
+  are denser in that time is thinned to the nearest of the other's spacing, by at most a factor THIN_AT_MOST (so
+  that both are read at the same resolution and evaluation noise makes neither cross early more often); every run
+  is censored at the common horizon (the shorter of the baseline's and the scaled arm's runs); and a Gehan
+  two-sample statistic (every arm run against every baseline run: +1 when the arm's crossing is earlier, -1 when
+  later, 0 for ties or two runs censored) is referred to its exact permutation distribution over all splits of the
+  runs into two groups. The interval is every s the test does not reject at the 5% level; the estimate is where
+  the statistic changes sign (nearest to 1, on the side the test leans to there); the p-value is the test at
+  s = 1. Censored runs rank after every run that reached the target and tie with each other: a seed where neither
+  arm reached the target counts for neither. Its coverage is checked by simulation (`pods_rl.compare.simulation`,
+  benchmarks/compare_coverage.py).
+- Mean accuracy over the window: the area under the linearly interpolated curve from the first evaluation to the
+  end of the shorter run of the pair, divided by the window's length; the paired difference has a Student-t
+  interval and p-value.
+- Several comparisons: `holm` adjusts their p-values (Holm-Bonferroni); a verdict is drawn from the adjusted one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95  # of every interval
+ALPHA = 1 - LEVEL
+TOLERANCE = 1e-12  # an accuracy this close below the target reaches it (float averaging over examples)
+WIDE_BRACKET = 0.25  # a bracket wider than this fraction of the time it bounds is flagged
+PLATEAU_SHARE = 0.25  # the plateau is the mean curve over this last share of the window
+EXACT_SPLITS = 20_000  # enumerate every split of the runs up to this many (8 seeds per arm: 12,870)
+SAMPLED_SPLITS = 5_000  # beyond: this many random splits (and the observed one)
+SEARCH = (1 / 64, 64)  # the speedups the test is scanned over; an interval reaching an end is open there
+SCAN_STEP = 2 ** (1 / 8)  # between scanned speedups (9%)
+BISECTIONS = 5  # halvings of a SCAN_STEP bracket: an interval end to 0.3%
+# The denser grid is thinned by at most this factor: far from the truth the test rejects without it, and a grid thinned
+# further keeps little more than a run's start and end, which say nothing about a curve that rises and falls.
+THIN_AT_MOST = 4.0
+
+SPEEDUP_METHOD = (
+    "two-sample permutation test of a time-scale factor s (Gehan statistic on the interpolated crossings, every run "
+    "censored at the common horizon, the denser evaluation grid thinned to the other's spacing in scaled time, at "
+    f"most {THIN_AT_MOST:g}x), inverted for a {LEVEL:.0%} interval; the estimate is where the statistic changes sign"
+)
+
+Curve = tuple[Sequence[float], Sequence[float]]  # one run's evaluations: (seconds or steps, accuracies)
+
+
+def peak(curves: Sequence[Curve]) -> float:
+    """The mean over seeds of each seed's highest evaluation (reported; no longer the target's basis)."""
+    return float(np.mean([max(values) for _, values in curves]))
+
+
+def mean_accuracy(times: Sequence[float], values: Sequence[float], end: float, start: float | None = None) -> float:
+    """The area under the linearly interpolated curve from `start` (default: its first time) to `end`, divided by
+    the length."""
+    times_array = np.asarray(times, dtype=float)
+    start = float(times_array[0]) if start is None else start
+    inside = [t for t in times_array if start < t < end]
+    grid = np.array([start, *inside, end], dtype=float)
+    curve = np.interp(grid, times_array, np.asarray(values, dtype=float))
+    if grid[-1] <= grid[0]:
+        return float(curve[0])
+    area = float(np.sum((curve[1:] + curve[:-1]) / 2 * np.diff(grid)))
+    return area / float(grid[-1] - grid[0])
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target accuracy: `fraction` of the baseline's gain from `base` to `plateau` (None for an absolute one)."""
+
+    accuracy: float
+    fraction: float | None
+    base: float | None
+    plateau: float | None
+
+
+def gain_target(baseline: Sequence[Curve], fraction: float) -> Target | None:
+    """`fraction` of the baseline's gain; None when the baseline gained nothing (its plateau is not above its base)."""
+    end = min(times[-1] for times, _ in baseline)
+    start = (1 - PLATEAU_SHARE) * end
+    base = float(np.mean([values[0] for _, values in baseline]))
+    plateau = float(np.mean([mean_accuracy(times, values, end, start) for times, values in baseline]))
+    if plateau <= base:
+        return None
+    return Target(base + fraction * (plateau - base), fraction, base, plateau)
+
+
+@dataclass(frozen=True)
+class TimeToTarget:
+    """When one run reached the target, to the resolution of its evaluations."""
+
+    below: float | None  # the last evaluation below the target before it was reached; None: reached at the first
+    reached: float | None  # the first evaluation at or above the target; None: never (censored)
+    crossing: float  # interpolated crossing; for a censored run, its last evaluation (a lower bound)
+    censored: bool
+
+    @property
+    def low(self) -> float:
+        """The earliest the target can have been reached (before the first evaluation: at 0)."""
+        return self.crossing if self.censored else (self.below or 0.0)
+
+
+def time_to_target(times: Sequence[float], values: Sequence[float], target: float) -> TimeToTarget:
+    """The bracket around the first crossing of `target`, its interpolation, or censoring at the last time."""
+    for index, (time, value) in enumerate(zip(times, values, strict=True)):
+        if value >= target - TOLERANCE:
+            if index == 0:
+                return TimeToTarget(below=None, reached=float(time), crossing=float(time), censored=False)
+            before, previous = float(times[index - 1]), float(values[index - 1])
+            fraction = (target - previous) / (value - previous)
+            crossing = before + min(max(fraction, 0.0), 1.0) * (float(time) - before)
+            return TimeToTarget(below=before, reached=float(time), crossing=crossing, censored=False)
+    return TimeToTarget(below=float(times[-1]), reached=None, crossing=float(times[-1]), censored=True)
+
+
+@dataclass(frozen=True)
+class SeedSpeedup:
+    """One seed: the baseline's time to target over the arm's, and what its brackets decide.
+
+    verdict: "faster" (the arm's whole bracket lies before the baseline's, censoring included), "slower", "undecided"
+    (the brackets overlap) or "neither reached" (both censored: no direction).
+    """
+
+    estimate: float | None  # interpolated crossings' ratio, both runs having reached the target; else None
+    low: float | None  # the least the brackets allow; None: no bound (neither reached)
+    high: float | None  # the most; None: unbounded
+    verdict: str
+
+
+def seed_speedup(baseline: TimeToTarget, arm: TimeToTarget) -> SeedSpeedup:
+    """Bounds: the baseline's earliest over the arm's latest possible time, and its latest over the arm's earliest
+    (a censored run's latest is unbounded). A bracket is open at its start, so touching brackets decide."""
+    if baseline.censored and arm.censored:
+        return SeedSpeedup(None, None, None, "neither reached")
+    arm_low, arm_high = arm.low, math.inf if arm.censored else float(arm.reached)
+    base_low, base_high = baseline.low, math.inf if baseline.censored else float(baseline.reached)
+    if arm_high == base_high == 0:  # both met the target before training: no ratio
+        return SeedSpeedup(None, None, None, "undecided")
+    low = 0.0 if math.isinf(arm_high) else (None if arm_high == 0 else base_low / arm_high)
+    high = None if math.isinf(base_high) or arm_low == 0 else base_high / arm_low
+    estimate = None
+    if not (baseline.censored or arm.censored) and arm.crossing > 0:
+        estimate = baseline.crossing / arm.crossing
+    if arm_high <= base_low < base_high:
+        verdict = "faster"
+    elif base_high <= arm_low < arm_high:
+        verdict = "slower"
+    else:
+        verdict = "undecided"
+    return SeedSpeedup(estimate, low, high, verdict)
+
+
+# ---------------------------------------------------------------- the speedup test
+
+
+@cache
+def _splits(first: int, second: int) -> np.ndarray:
+    """Rows: every way (beyond EXACT_SPLITS, SAMPLED_SPLITS random ways) to pick `first` of `first + second` runs, as
+    0/1 indicators; the observed split (the first `first` runs) is row 0."""
+    runs = first + second
+    if math.comb(runs, first) <= EXACT_SPLITS:
+        chosen = itertools.combinations(range(runs), first)
+    else:
+        generator = np.random.default_rng(0)
+        chosen = itertools.chain([range(first)], (generator.permutation(runs)[:first] for _ in range(SAMPLED_SPLITS)))
+    rows = []
+    for picked in chosen:
+        row = np.zeros(runs)
+        row[list(picked)] = 1.0
+        rows.append(row)
+    return np.array(rows)
+
+
+def _median_spacing(curves: Sequence[Curve]) -> float:
+    gaps = [np.median(np.diff(np.asarray(x, dtype=float))) for x, _ in curves if len(x) > 1]
+    return float(np.median(gaps)) if gaps else 0.0
+
+
+def _padded(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs as rows: times (inf after a run's end), accuracies (-inf after it) and each run's length."""
+    width = max(len(x) for x, _ in curves)
+    times = np.full((len(curves), width), np.inf)
+    values = np.full((len(curves), width), -np.inf)
+    for row, (x, y) in enumerate(curves):
+        times[row, : len(x)], values[row, : len(y)] = x, y
+    return times, values, np.array([len(x) for x, _ in curves])
+
+
+def _thinned(times: np.ndarray, lengths: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+    """Which evaluations to keep, per scale (axis 0) and run (axis 1): the one nearest to each of 0, spacing,
+    2 x spacing, ... up to the run's end, and its last one. `times`: (scales, runs, evaluations)."""
+    scales, runs, _ = times.shape
+    last = np.broadcast_to(lengths - 1, (scales, runs))
+    ends = np.take_along_axis(times, last[..., None], axis=2)[..., 0]
+    count = int(np.ceil(np.max(ends / spacing[:, None]))) + 2
+    grid = spacing[:, None] * np.arange(count)  # (scales, points)
+    after = (times[:, :, None, :] < grid[:, None, :, None]).sum(axis=3)
+    after = np.minimum(np.maximum(after, 1), last[..., None])
+    before_time = np.take_along_axis(times, after - 1, axis=2)
+    after_time = np.take_along_axis(times, after, axis=2)
+    nearest = after - (grid[:, None, :] - before_time <= after_time - grid[:, None, :])
+    inside = grid[:, None, :] <= ends[..., None] + spacing[:, None, None] / 2
+    keep = np.zeros(times.shape, dtype=bool)
+    index_scale, index_run, _ = np.nonzero(inside)
+    keep[index_scale, index_run, nearest[inside]] = True
+    keep[np.arange(scales)[:, None], np.arange(runs)[None, :], last] = True
+    return keep
+
+
+def _crossings(times: np.ndarray, values: np.ndarray, keep: np.ndarray, target: float) -> np.ndarray:
+    """Per scale and run, the interpolated first crossing among the kept evaluations (as `time_to_target`); inf:
+    never. `times`, `values`, `keep`: (scales, runs, evaluations)."""
+    columns = np.arange(times.shape[2])
+    hits = keep & (values >= target - TOLERANCE)
+    first = hits.argmax(axis=2)[..., None]
+    last_kept = np.maximum.accumulate(np.where(keep, columns, -1), axis=2)
+    previous = np.where(first > 0, np.take_along_axis(last_kept, np.maximum(first - 1, 0), axis=2), -1)
+    time, value = np.take_along_axis(times, first, axis=2), np.take_along_axis(values, first, axis=2)
+    before = np.maximum(previous, 0)
+    before_time, before_value = np.take_along_axis(times, before, axis=2), np.take_along_axis(values, before, axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.clip((target - before_value) / (value - before_value), 0.0, 1.0)
+    crossing = np.where(previous >= 0, before_time + fraction * (time - before_time), time)[..., 0]
+    return np.where(hits.any(axis=2), crossing, np.inf)
+
+
+class _ScaleTest:
+    """The permutation test of 'the arm's times x s are distributed as the baseline's', for many s at once."""
+
+    def __init__(self, baseline: Sequence[Curve], arm: Sequence[Curve], target: float) -> None:
+        self.target = target
+        self.arm, self.baseline = _padded(arm), _padded(baseline)
+        self.spacing = (_median_spacing(baseline), _median_spacing(arm))
+        self.ends = tuple(
+            float(times[np.arange(len(times)), lengths - 1].min()) for times, _, lengths in (self.baseline, self.arm)
+        )
+        self.splits = _splits(len(arm), len(baseline))
+        # (runs, splits) as integers: numpy's own integer product, not a threaded BLAS call that can stall on a busy
+        # machine
+        self.columns = np.ascontiguousarray(self.splits.T).astype(np.int64)
+
+    def crossings(self, scales: np.ndarray) -> np.ndarray:
+        """(scales, runs): every run's crossing, the arm's runs first with their times x scale (inf: never)."""
+        scales = np.asarray(scales, dtype=float)
+        reference = np.maximum(self.spacing[0], scales * self.spacing[1])
+        parts = []
+        for factors, own, (times, values, lengths) in (
+            (scales, scales * self.spacing[1], self.arm),
+            (np.ones_like(scales), np.full_like(scales, self.spacing[0]), self.baseline),
+        ):
+            scaled = factors[:, None, None] * times[None]
+            keep = np.broadcast_to(np.isfinite(times), scaled.shape).copy()
+            thin = (reference > own * (1 + 1e-9)) & (reference > 0)
+            if thin.any() and times.shape[1] > 1:
+                spacing = np.minimum(reference[thin], THIN_AT_MOST * own[thin])
+                keep[thin] = _thinned(scaled[thin], lengths, spacing)
+            parts.append(_crossings(scaled, np.broadcast_to(values, scaled.shape), keep, self.target))
+        return np.concatenate(parts, axis=1)
+
+    def __call__(self, scales: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(statistics, two-sided permutation p-values) at each scale; a statistic > 0: the scaled arm is sooner."""
+        scales = np.asarray(scales, dtype=float)
+        crossings = self.crossings(scales)
+        horizon = np.minimum(self.ends[0], scales * self.ends[1])
+        reached = crossings <= horizon[:, None]
+        # before[k, i, j]: run i reached the target, and earlier than run j (or j never did, within the horizon)
+        before = reached[:, :, None] & (~reached[:, None, :] | (crossings[:, :, None] < crossings[:, None, :]))
+        scores = before.sum(axis=2, dtype=np.int64) - before.sum(axis=1, dtype=np.int64)  # Gehan: beaten - beaten by
+        permuted = scores @ self.columns
+        statistics = permuted[:, 0]  # split 0 is the observed one
+        p_values = np.mean(np.abs(permuted) >= np.abs(statistics)[:, None], axis=1)
+        return statistics.astype(float), p_values
+
+
+def _boundary(inside, inner: float, outer: float) -> float:
+    """Where `inside` turns false between `inner` (true) and `outer` (false), by geometric bisection: the midpoint
+    of the last bracket."""
+    for _ in range(BISECTIONS):
+        middle = math.sqrt(inner * outer)
+        inner, outer = (middle, outer) if inside(middle) else (inner, middle)
+    return float(math.sqrt(inner * outer))
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A speedup over seeds (the baseline's times to target over the arm's), by `SPEEDUP_METHOD`."""
+
+    estimate: float | None  # None when the data bound it only on one side (e.g. every run of one arm censored)
+    low: float | None  # of the 95% interval; 0.0: no lower bound
+    high: float | None  # None: unbounded
+    p_value: float  # of 'no speedup' (s = 1)
+    direction: str  # "faster", "slower" or "tie": the sign of the statistic at s = 1
+    reached: dict[str, int]  # runs that reached the target, per arm ("arm", "baseline")
+    seeds: int
+    least_p_value: float  # the smallest p-value this many runs can give (under ALPHA: a difference is resolvable)
+
+    @property
+    def side(self) -> int:
+        """+1 when the whole interval lies above 1 (the arm faster), -1 below, else 0. The test rejecting s = 1 is not
+        enough: where the accepted speedups lie on both sides of 1 the interval spans it, and no side is claimed."""
+        if self.low is not None and self.low > 1:
+            return 1
+        return -1 if self.high is not None and self.high < 1 else 0
+
+
+def speedup_test(baseline: Sequence[Curve], arm: Sequence[Curve], target: float) -> Speedup:
+    """The speedup of `arm` over `baseline` in reaching `target` (module docstring; `SPEEDUP_METHOD`).
+
+    The test is scanned over speedups SCAN_STEP apart within SEARCH, and each end of the interval refined by
+    bisection. The estimate is where the statistic changes sign, nearest to 1 on the side it leans to at 1 (so it is
+    above 1 exactly when the arm leans faster), refined by bisection; a run of speedups where the statistic is 0
+    gives its geometric middle.
+    """
+    test = _ScaleTest(baseline, arm, target)
+    exponents = np.arange(
+        math.floor(math.log(SEARCH[0], SCAN_STEP)), math.ceil(math.log(SEARCH[1], SCAN_STEP)) + 1, dtype=float
+    )
+    scales = SCAN_STEP**exponents
+    statistics, p_values = test(scales)
+    one = int(np.argmin(np.abs(exponents)))
+    statistic, p_value = float(statistics[one]), float(p_values[one])
+    reached = {
+        "arm": sum(not time_to_target(*curve, target).censored for curve in arm),
+        "baseline": sum(not time_to_target(*curve, target).censored for curve in baseline),
+    }
+    least = float(2 / len(test.splits)) if len(test.splits) > 1 else 1.0
+    direction = "faster" if statistic > 0 else "slower" if statistic < 0 else "tie"
+    estimate = _sign_change(test, scales, statistics, one)
+    accepted = np.nonzero(p_values > ALPHA)[0]
+    if len(accepted) == 0:  # every scanned speedup rejected: the arm is beyond one end of the range
+        low, high = (0.0, SEARCH[0]) if statistics.max() < 0 else (SEARCH[1], None)
+        return Speedup(estimate, low, high, p_value, direction, reached, len(baseline), least)
+
+    def inside(scale: float) -> bool:
+        return bool(test([scale])[1][0] > ALPHA)
+
+    first, last = accepted[0], accepted[-1]
+    low = 0.0 if first == 0 else _boundary(inside, scales[first], scales[first - 1])
+    high = None if last == len(scales) - 1 else _boundary(inside, scales[last], scales[last + 1])
+    return Speedup(estimate, low, high, p_value, direction, reached, len(baseline), least)
+
+
+def _sign_change(test: _ScaleTest, scales: np.ndarray, statistics: np.ndarray, one: int) -> float | None:
+    """The speedup where the statistic changes sign, walking from `one` (the index of 1) the way it leans there;
+    None when it keeps its sign to the end of the scanned range, or is 0 everywhere."""
+    sign = np.sign(statistics)
+    if sign[one] == 0:
+        start, end = one, one
+    else:
+        step = 1 if sign[one] > 0 else -1
+        index = one
+        while 0 <= index + step < len(scales) and sign[index + step] == sign[one]:
+            index += step
+        if not 0 <= index + step < len(scales):
+            return None
+        if sign[index + step] != 0:
+            positive = sign[one] > 0
+            return _boundary(lambda scale: (test([scale])[0][0] > 0) == positive, scales[index], scales[index + step])
+        start = end = index + step
+    while start > 0 and sign[start - 1] == 0:
+        start -= 1
+    while end < len(scales) - 1 and sign[end + 1] == 0:
+        end += 1
+    if start == 0 or end == len(scales) - 1:
+        return None
+    return math.sqrt(scales[start] * scales[end])
+
+
+# ---------------------------------------------------------------- differences and families
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A paired mean difference over seeds with its Student-t interval and p-value (None with fewer than 2 seeds
+    or no spread)."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    p_value: float | None
+    seeds: int
+
+
+def paired_difference(differences: Sequence[float]) -> Difference:
+    """The mean of the per-seed differences and its Student-t interval and two-sided p-value against 0; neither
+    with fewer than two seeds or no spread at all (every seed the same)."""
+    array = np.asarray(differences, dtype=float)
+    mean = float(array.mean())
+    if len(array) < 2:
+        return Difference(mean, None, None, None, len(array))
+    spread = float(array.std(ddof=1))
+    if spread == 0:  # every seed the same: Student's t is undefined, and nothing is claimed
+        return Difference(mean, None, None, None, len(array))
+    half = float(stats.t.ppf(0.5 + LEVEL / 2, len(array) - 1) * spread / math.sqrt(len(array)))
+    p_value = float(stats.ttest_1samp(array, 0.0).pvalue)
+    return Difference(mean, mean - half, mean + half, p_value, len(array))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values, in the given order (None stays None and is not counted)."""
+    present = [(p, index) for index, p in enumerate(p_values) if p is not None]
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (len(present) - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def band(curves: Sequence[Curve]) -> dict[str, list[float]]:
+    """Mean, min and max over seeds of curves interpolated onto the union of their times (held after the end)."""
+    grid = np.array(sorted({t for times, _ in curves for t in times}), dtype=float)
+    stacked = np.array([np.interp(grid, times, values) for times, values in curves])
+    return {
+        "train_seconds": grid.tolist(),
+        "mean": stacked.mean(axis=0).tolist(),
+        "min": stacked.min(axis=0).tolist(),
+        "max": stacked.max(axis=0).tolist(),
+    }
+
+
+def window_differences(baseline: Sequence[Curve], arm: Sequence[Curve]) -> tuple[list[float], list[float]]:
+    """Per seed: the window (the end of the shorter run of the pair) and the arm's minus the baseline's mean
+    accuracy over it."""
+    windows = [min(b[0][-1], a[0][-1]) for b, a in zip(baseline, arm, strict=True)]
+    differences = [
+        mean_accuracy(*a, end) - mean_accuracy(*b, end) for b, a, end in zip(baseline, arm, windows, strict=True)
+    ]
+    return windows, differences
+
+
+def resolution_warnings(
+    name: str, seeds: Sequence[int], curves: Sequence[Curve], target: float, *, baseline: bool
+) -> list[str]:
+    """Where the evaluation schedule, not the training, decides a time to target, one line per kind (`seeds` label
+    the curves): a target reached at the first evaluation after the start, a baseline that reaches it only at its
+    last, a bracket wider than WIDE_BRACKET of the time it bounds."""
+    first, last, wide = [], [], []
+    for seed, (times, values) in zip(seeds, curves, strict=True):
+        hit = time_to_target(times, values, target)
+        if hit.censored:
+            continue
+        if hit.below is None or (len(times) > 1 and hit.reached == times[1]):
+            first.append(f"{seed} ({hit.reached:.1f})")
+        elif baseline and hit.reached == times[-1]:
+            last.append(f"{seed} ({hit.reached:.1f})")
+        elif hit.reached - hit.below > WIDE_BRACKET * hit.crossing:
+            wide.append(f"{seed} ({hit.below:.1f}-{hit.reached:.1f})")
+    who = f"{name} (the baseline)" if baseline else name
+    warnings = []
+    if first:
+        warnings.append(
+            f"{who} reaches the target at its first evaluation on seed(s) {', '.join(first)}: those times are only "
+            "known to be at most that, which the speedups' intervals carry; evaluate more often."
+        )
+    if last:
+        warnings.append(
+            f"{who} reaches the target only at its last evaluation on seed(s) {', '.join(last)}: the speedups over "
+            "it rest on one evaluation there; train longer."
+        )
+    if wide:
+        warnings.append(
+            f"{who} crosses the target between evaluations wider apart than {WIDE_BRACKET:g} of the time they bound "
+            f"on seed(s) {', '.join(wide)}; evaluate more often."
+        )
+    return warnings

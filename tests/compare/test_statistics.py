@@ -1,0 +1,293 @@
+"""Every expected value here is worked out by hand in the comment beside it, or checked against a brute force."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pods_rl.compare.simulation import SHIPPED, Design, Truth, run_method
+from pods_rl.compare.statistics import (
+    Target,
+    TimeToTarget,
+    band,
+    gain_target,
+    holm,
+    mean_accuracy,
+    paired_difference,
+    peak,
+    resolution_warnings,
+    seed_speedup,
+    speedup_test,
+    time_to_target,
+    window_differences,
+)
+
+T_975_1 = 12.706204736174705  # Student t, 97.5% quantile, 1 degree of freedom (tables)
+TIMES = [0, 10, 20, 30]
+
+
+def test_peak_is_the_mean_of_each_seeds_highest_evaluation():
+    assert peak([(TIMES, [0.1, 0.6, 0.5, 0.2]), (TIMES, [0.1, 0.3, 0.8, 0.7])]) == pytest.approx(0.7)
+
+
+def test_gain_target_is_a_fraction_of_the_gain_from_the_start_to_the_plateau_of_the_mean_curve():
+    times = [0, 10, 20, 30, 40]
+    # Base: (0.2 + 0.2) / 2. Plateau: the mean over the last quarter of the window (30-40 s) of each curve: 0.8 and
+    # (0.6 + 1.0) / 2 = 0.8; a single high evaluation (the second curve's 1.0) moves it by half, not all the way.
+    curves = [(times, [0.2, 0.4, 0.6, 0.8, 0.8]), (times, [0.2, 0.6, 0.6, 0.6, 1.0])]
+    assert gain_target(curves, 0.75) == Target(pytest.approx(0.65), 0.75, pytest.approx(0.2), pytest.approx(0.8))
+    assert gain_target(curves, 0.5).accuracy == pytest.approx(0.5)
+    # The window ends with the shortest run (30 s): its last quarter is 22.5-30 s.
+    short = [(times, [0.2, 0.4, 0.6, 0.8, 0.8]), (times[:4], [0.2, 0.6, 0.6, 0.6])]
+    first = (0.65 + 0.8) / 2  # linear from 0.65 at 22.5 s to 0.8 at 30 s; the second curve is 0.6 throughout
+    assert gain_target(short, 1.0).plateau == pytest.approx((first + 0.6) / 2)
+    assert gain_target([(times, [0.5, 0.5, 0.4, 0.4, 0.4])], 0.75) is None  # no gain: no target
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (0.6, TimeToTarget(below=10, reached=20, crossing=15, censored=False)),  # 10 + (0.6-0.4)/(0.8-0.4) x 10
+        (0.4, TimeToTarget(below=0, reached=10, crossing=10, censored=False)),  # lands on the evaluation at 10
+        (0.2, TimeToTarget(below=None, reached=0, crossing=0, censored=False)),  # met before training
+        (0.9, TimeToTarget(below=30, reached=None, crossing=30, censored=True)),  # never: more than 30 s
+        (0.4 + 1e-13, TimeToTarget(below=0, reached=10, crossing=10, censored=False)),  # float averaging absorbed
+    ],
+)
+def test_time_to_target_brackets_interpolates_and_censors(target, expected):
+    hit = time_to_target(TIMES, [0.2, 0.4, 0.8, 0.6], target)
+    assert hit.below == expected.below and hit.reached == expected.reached and hit.censored == expected.censored
+    assert hit.crossing == pytest.approx(expected.crossing)
+
+
+def test_time_to_target_takes_the_first_crossing_only():
+    hit = time_to_target([0, 10, 20, 30, 40], [0.0, 0.8, 0.2, 0.2, 0.9], 0.5)
+    assert (hit.below, hit.reached, hit.crossing) == (0, 10, pytest.approx(6.25))  # 0.5 / 0.8 x 10
+
+
+BASE = TimeToTarget(below=20, reached=40, crossing=30, censored=False)
+ARM = TimeToTarget(below=10, reached=20, crossing=15, censored=False)
+BASE_CENSORED = TimeToTarget(below=60, reached=None, crossing=60, censored=True)
+ARM_CENSORED = TimeToTarget(below=60, reached=None, crossing=60, censored=True)
+UNTRAINED = TimeToTarget(below=None, reached=0, crossing=0, censored=False)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "arm", "estimate", "low", "high", "verdict"),
+    [
+        (BASE, ARM, 2.0, 1.0, 4.0, "faster"),  # 30/15; earliest 20 / latest 20; latest 40 / earliest 10; touching
+        (ARM, BASE, 0.5, 0.25, 1.0, "slower"),
+        (BASE, TimeToTarget(15, 25, 20, False), 1.5, 0.8, 40 / 15, "undecided"),  # [15, 25] overlaps [20, 40]
+        (BASE, ARM_CENSORED, None, 0.0, 40 / 60, "slower"),  # the arm needed more than 60 s, the baseline <= 40
+        (BASE_CENSORED, ARM, None, 3.0, None, "faster"),  # 60 / 20 at least; the baseline may never get there
+        (BASE_CENSORED, ARM_CENSORED, None, None, None, "neither reached"),  # no direction, no bounds
+        (BASE, UNTRAINED, None, None, None, "faster"),  # the arm needed no training: no finite bound
+        (UNTRAINED, UNTRAINED, None, None, None, "undecided"),  # both met it before training: no ratio
+    ],
+)
+def test_seed_speedup_bounds_and_what_the_brackets_decide(baseline, arm, estimate, low, high, verdict):
+    result = seed_speedup(baseline, arm)
+    assert result.estimate == (None if estimate is None else pytest.approx(estimate))
+    assert result.low == (None if low is None else pytest.approx(low))
+    assert result.high == (None if high is None else pytest.approx(high))
+    assert result.verdict == verdict
+
+
+def linear_runs(crossings: list[float], step: float = 10.0, end: float = 100.0) -> list[tuple[list, list]]:
+    """Runs whose accuracy rises linearly from 0 and crosses 0.5 at the given times: interpolated crossings are
+    exact on any evaluation grid, however thinned."""
+    times = list(np.arange(0.0, end + step / 2, step))
+    return [(times, [min(t / (2 * c), 1.0) for t in times]) for c in crossings]
+
+
+BASELINE_CROSSINGS = [40.0, 44.0, 48.0, 52.0, 56.0, 60.0]
+
+
+def test_speedup_of_an_arm_twice_as_fast_on_every_seed():
+    baseline = linear_runs(BASELINE_CROSSINGS)
+    arm = linear_runs([c / 2 for c in BASELINE_CROSSINGS])
+    result = speedup_test(baseline, arm, 0.5)
+    # Every arm run crosses before every baseline run: the most extreme of the C(12, 6) = 924 splits, and its
+    # mirror image, so p = 2 / 924.
+    assert result.p_value == pytest.approx(2 / 924) and result.least_p_value == pytest.approx(2 / 924)
+    assert result.direction == "faster" and result.reached == {"arm": 6, "baseline": 6}
+    assert result.estimate == pytest.approx(2.0, rel=0.005)  # the statistic changes sign at the true 2
+    assert 1.0 < result.low < 2.0 < result.high
+    # Equal ratios on every seed but different times still leave an interval of some width (the t interval on the
+    # log-ratios had none).
+    assert result.high / result.low > 1.2
+
+
+def _brute_force_p(baseline: list, arm: list, target: float, scale: float) -> float:
+    """The test at one speedup, written out: arm times x scale, the denser grid thinned to the other's spacing
+    (nearest evaluation to each multiple, and the last one; at most 4x), crossings censored at the common horizon,
+    the Gehan statistic over every split of the 12 runs."""
+    spacing_base = float(np.median([np.median(np.diff(t)) for t, _ in baseline]))
+    spacing_arm = scale * float(np.median([np.median(np.diff(t)) for t, _ in arm]))
+    reference = max(spacing_base, spacing_arm)
+
+    def crossing(times: list[float], values: list[float], own: float) -> float:
+        times = list(times)
+        if reference > own * (1 + 1e-9):
+            spacing = min(reference, 4 * own)  # thinned by at most 4x
+            keep = []
+            k = 0
+            while k * spacing <= times[-1] + spacing / 2:
+                nearest = min(range(len(times)), key=lambda i: (abs(times[i] - k * spacing), i))
+                if nearest not in keep:
+                    keep.append(nearest)
+                k += 1
+            keep = sorted({*keep, len(times) - 1})
+            times, values = [times[i] for i in keep], [values[i] for i in keep]
+        hit = time_to_target(times, values, target)
+        return math.inf if hit.censored else hit.crossing
+
+    runs = [crossing([scale * t for t in times], values, spacing_arm) for times, values in arm]
+    runs += [crossing(times, values, spacing_base) for times, values in baseline]
+    horizon = min(min(t[-1] for t, _ in baseline), scale * min(t[-1] for t, _ in arm))
+    runs = [c if c <= horizon else math.inf for c in runs]
+
+    def statistic(group: tuple[int, ...]) -> int:
+        others = [j for j in range(len(runs)) if j not in group]
+        return sum((runs[i] < runs[j]) - (runs[j] < runs[i]) for i in group for j in others)
+
+    observed = statistic(tuple(range(len(arm))))
+    splits = [statistic(group) for group in itertools.combinations(range(len(runs)), len(arm))]
+    return sum(abs(value) >= abs(observed) for value in splits) / len(splits)
+
+
+def test_the_permutation_test_matches_a_brute_force_at_every_speedup():
+    generator = np.random.default_rng(3)
+    times = [0.0, 31.0, 62.0, 90.5, 121.0, 150.0, 183.0]
+    baseline = [(times, np.clip(np.cumsum(generator.uniform(0, 0.25, 7)), 0, 1).tolist()) for _ in range(6)]
+    arm_times = [0.0, 20.0, 41.0, 60.0, 80.0, 101.0, 120.0, 140.0, 161.0]
+    arm = [(arm_times, np.clip(np.cumsum(generator.uniform(0, 0.2, 9)), 0, 1).tolist()) for _ in range(6)]
+    for run in arm[:2]:
+        run[1][-1] = min(run[1][-1], 0.4)  # two arm runs that may never get there
+    from pods_rl.compare.statistics import _ScaleTest
+
+    test = _ScaleTest(baseline, arm, 0.55)
+    scales = [0.1, 0.3, 0.7, 1.0, 1.3, 1.6, 2.2, 3.5, 9.0]  # 0.1 and 9: thinning capped
+    _, p_values = test(scales)
+    assert p_values == pytest.approx([_brute_force_p(baseline, arm, 0.55, s) for s in scales])
+
+
+def test_seeds_where_neither_arm_reached_the_target_count_for_neither():
+    """The old method entered them at about 1.0: every seed censored in both arms read '1.01x (1.00-1.02x), 4 of 6
+    faster'. Now nothing is known, and the report says so."""
+    flat = linear_runs([200.0] * 6)  # reaches 0.25 at 100 s: never 0.5
+    late = linear_runs([201.0, 199.0, 202.0, 198.0, 200.5, 199.5])
+    result = speedup_test(flat, late, 0.5)
+    assert (result.estimate, result.low, result.high) == (None, 0.0, None)
+    assert (result.p_value, result.direction, result.reached) == (1.0, "tie", {"arm": 0, "baseline": 0})
+    # Censored runs rank after every run that reached the target: three arm runs that never did are slower.
+    partly = linear_runs([30.0, 35.0, 40.0, 200.0, 200.0, 200.0])
+    some = speedup_test(linear_runs(BASELINE_CROSSINGS), partly, 0.5)
+    assert some.reached == {"arm": 3, "baseline": 6} and some.high is not None
+
+
+def test_edge_cases_give_no_nan_and_no_false_width():
+    # The baseline meets the target before training on every seed: no log(0), no NaN, strict JSON.
+    untrained = [([0, 10, 20], [0.6, 0.7, 0.8])] * 6
+    arm = [([0, 10, 20], [0.4, 0.6, 0.8])] * 6  # crosses at 5 s: any speedup above 0 is rejected
+    result = speedup_test(untrained, arm, 0.5)
+    json.dumps(result.__dict__, allow_nan=False)
+    assert (result.direction, result.p_value, result.estimate) == ("slower", pytest.approx(2 / 924), None)
+    assert (result.low, result.high) == (0.0, 1 / 64)  # below the smallest speedup scanned
+    # One seed: no interval can exclude anything (both splits are as extreme), and nothing is resolved.
+    single = speedup_test(linear_runs([40.0]), linear_runs([20.0]), 0.5)
+    assert single.least_p_value == 1.0 and single.p_value == 1.0 and (single.low, single.high) == (0.0, None)
+    # Three seeds: the smallest possible p-value is 2 / C(6, 3) = 0.1, above 5%.
+    assert speedup_test(linear_runs([40, 44, 48]), linear_runs([20, 22, 24]), 0.5).least_p_value == pytest.approx(0.1)
+
+
+def test_holm_adjusts_in_order_and_keeps_missing_values():
+    # Sorted: 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06 (adjusted values never fall).
+    assert holm([0.04, None, 0.01, 0.03]) == [pytest.approx(0.06), None, pytest.approx(0.03), pytest.approx(0.06)]
+    assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_paired_difference_is_students_t():
+    result = paired_difference([0.1, 0.3])  # mean 0.2, std 0.1 sqrt 2, standard error 0.1
+    assert (result.estimate, result.seeds) == (pytest.approx(0.2), 2)
+    assert (result.low, result.high) == (pytest.approx(0.2 - 0.1 * T_975_1), pytest.approx(0.2 + 0.1 * T_975_1))
+    assert result.p_value == pytest.approx(0.2951672353008665)  # t = 2 on 1 degree of freedom: 1 - 2 atan(2) / pi
+    assert paired_difference([0.5]) == paired_difference([0.5]).__class__(0.5, None, None, None, 1)
+    same = paired_difference([0.02, 0.02, 0.02])  # no spread: Student's t is undefined, no zero-width interval
+    assert (same.estimate, same.low, same.high, same.p_value) == (pytest.approx(0.02), None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        (20, 7.5 / 20),  # areas 2.5 (0-10) + 5 (10-20)
+        (15, 5 / 15),  # 2.5 + 0.5 x 5
+        (5, 0.625 / 5),  # the value at 5 is 0.25: 5 x 0.25 / 2
+        (30, 12.5 / 30),  # held at 0.5 after the last evaluation
+    ],
+)
+def test_mean_accuracy_is_the_area_over_the_window(end, expected):
+    assert mean_accuracy([0, 10, 20], [0.0, 0.5, 0.5], end) == pytest.approx(expected)
+
+
+def test_window_differences_use_the_shorter_run_of_each_pair():
+    windows, differences = window_differences([([0, 10, 20], [0.0, 0.5, 0.5])], [([0, 10], [0.0, 1.0])])
+    assert windows == [10] and differences == pytest.approx([0.5 - 0.25])
+
+
+def test_resolution_warnings_name_the_seeds_by_kind():
+    arm = [
+        (TIMES, [0.0, 0.8, 0.8, 0.8]),  # at the first evaluation after the start
+        ([0, 10, 20, 30, 40], [0.0, 0.1, 0.2, 0.3, 0.9]),  # crosses 0.6 at 35 s in [30, 40]: 10 > 35 / 4
+        ([0, 10, 20, 30, 40, 50], [0.0, 0.1, 0.2, 0.3, 0.4, 0.9]),  # at 44 s in [40, 50]: 10 < 44 / 4, fine
+        (TIMES, [0.0, 0.1, 0.2, 0.3]),  # censored: no resolution warning
+    ]
+    assert resolution_warnings("pods", [0, 1, 2, 3], arm, 0.6, baseline=False) == [
+        "pods reaches the target at its first evaluation on seed(s) 0 (10.0): those times are only known to be at "
+        "most that, which the speedups' intervals carry; evaluate more often.",
+        "pods crosses the target between evaluations wider apart than 0.25 of the time they bound on seed(s) 1 "
+        "(30.0-40.0); evaluate more often.",
+    ]
+    last = resolution_warnings("grpo", [5], [(TIMES, [0.0, 0.2, 0.4, 0.7])], 0.6, baseline=True)
+    assert last == [
+        "grpo (the baseline) reaches the target only at its last evaluation on seed(s) 5 (30.0): the speedups over "
+        "it rest on one evaluation there; train longer."
+    ]
+
+
+def test_band_interpolates_onto_the_union_of_times():
+    result = band([([0, 10, 20], [0.0, 0.4, 0.8]), ([0, 5, 10], [0.2, 0.6, 0.6])])
+    assert result["train_seconds"] == [0, 5, 10, 20]
+    assert result["mean"] == pytest.approx([0.1, 0.4, 0.5, 0.7])  # the second seed is held at 0.6 after t = 10
+    assert result["min"] == pytest.approx([0.0, 0.2, 0.4, 0.6])
+    assert result["max"] == pytest.approx([0.2, 0.6, 0.6, 0.8])
+
+
+def test_the_simulations_truth():
+    design = Design("d", every=10, horizon=60, base=0.4, plateau=0.9, step=0.0)
+    assert Truth(2.0).at(design, 0.8) == 2.0  # equal plateaus: the time scale, at any target
+    # Plateau raised by 0.2 x the gain to 1.0, capped half way to 1 (0.95): the arm needs -log(1 - 0.4 / 0.55) time
+    # constants against the baseline's -log(1 - 0.4 / 0.5).
+    higher = Truth(1.0, higher_plateau=0.2)
+    assert higher.plateau(design) == pytest.approx(0.95)
+    assert higher.at(design, 0.8) == pytest.approx(math.log(5) / math.log(1 / (1 - 0.4 / 0.55)))
+    assert Truth(1.0).at(design, 0.95) is None  # above the baseline's plateau: it never gets there
+
+
+@pytest.mark.parametrize(("speedup", "questions"), [(1.0, 200), (2.0, 50)])
+def test_coverage_by_simulation(speedup, questions):
+    """A fast check of what benchmarks/compare_coverage.py measures over 1000 comparisons a case: with 150
+    simulated 6-seed comparisons on the tiny comparison's grid, the 95% intervals contain the true speedup at least
+    88% of the time (the binomial 1st percentile of 150 draws at 95%), and with no difference at most 11% of them
+    are resolved (its 99th percentile at 5%)."""
+    from dataclasses import replace
+
+    outcome = run_method(replace(SHIPPED[0], questions=questions), Truth(speedup), comparisons=150, seed=7)
+    assert outcome.comparisons == 150
+    assert outcome.coverage >= 0.88
+    if speedup == 1.0:
+        assert outcome.resolved <= 0.11
+    else:
+        assert outcome.resolved >= 0.3  # and it has some power at 2x with 50 questions (the old method: about 0.55)

@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from pods_rl.console import make_console
 
 app = typer.Typer(
     help="PODS: GRPO that trains on the most informative m of n rollouts per prompt.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
+console = make_console()  # wide off a terminal, so that a table's cells never wrap in a log
 
 
 def _fail(error: Exception) -> None:
@@ -231,7 +232,7 @@ def tasks() -> None:
     table = Table("task", "description")
     for name, description in list_tasks():
         table.add_row(name, description)
-    Console().print(table)
+    make_console(stderr=False).print(table)
 
 
 @app.command()
@@ -242,7 +243,7 @@ def models() -> None:
     table = Table("model", "description")
     for name, description in list_models().items():
         table.add_row(name, description)
-    Console().print(table)
+    make_console(stderr=False).print(table)
 
 
 @app.command()

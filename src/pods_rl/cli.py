@@ -132,7 +132,12 @@ def train(
             settings, changes = apply_on_resume(settings, overrides, where=f"--resume {resume}")
             output_dir = resume
         else:
-            settings = resolve(default_run_settings, config, overrides)
+
+            def defaults(model: str, task: str) -> dict[str, Any]:
+                check_model_name(model)  # first: the defaults of a model off the presets ask torch about a GPU
+                return default_run_settings(model, task)
+
+            settings = resolve(defaults, config, overrides)
             output_dir = output_dir or default_output_dir(settings)
             check_output_dir(output_dir, overwrite=overwrite)
         check_model_name(settings.model)

@@ -162,10 +162,10 @@ def train(
     if dry_run:
         return
     console.print(f"[bold green]done:[/] {output_dir}")
-    if "machine" in summary:  # one line on the console; summary.json keeps each field
+    if "machine" in summary:  # one line each on the console; summary.json keeps each field
         from pods_rl.machine import machine_label
 
-        summary = {**summary, "machine": machine_label(summary["machine"])}
+        summary = {**summary, "machine": machine_label(summary["machine"]), "precision": summary["precision"]["dtype"]}
     typer.echo(json.dumps(summary, indent=2))
 
 

@@ -95,8 +95,10 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
         assert unwanted not in console, unwanted
     lines = console.splitlines()
     assert lines[0].startswith(f"run: {tiny_model_dir} on arithmetic, PODS (max_variance), seed 0 -> {out}")
-    assert "per step: 4 prompts x n=4 = 16 rollouts of up to 24 tokens generated, m=2 per prompt = 8 rows" in lines[1]
-    assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[2]
+    assert lines[1].startswith("defaults: CPU-sized defaults")  # a model off the presets, on a CPU
+    assert "per step: 4 prompts x n=4 = 16 rollouts of up to 24 tokens generated, m=2 per prompt = 8 rows" in lines[2]
+    assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[3]
+    assert lines[5].startswith("precision: ")
     first = [line for line in lines if line.startswith("step 1 took ")]
     assert len(first) == 1 and first[0].endswith("; the first step includes start-up)")  # no estimate from it
     assert any(line.startswith("step 2 took ") and "min of training left at this pace" in line for line in lines)
@@ -104,7 +106,7 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
     counts = [line.split()[1] for line in progress]  # a slow step may repeat its line (the 30 s heartbeat)
     assert list(dict.fromkeys(counts)) == ["1/4", "2/4", "3/4", "4/4"] and counts == sorted(counts)
     assert sum(line.startswith("step ") and "held-out accuracy" in line for line in lines) == 3
-    assert len(lines) - len(progress) < 25
+    assert len(lines) - len(progress) < 30  # the plan (with precision and expected time), results, summary
     log = (out / "train.log").read_text()
     assert "INFO transformers" in log
 

@@ -235,10 +235,10 @@ def expected_lines(
     """The plan's expected time of a step and of the run at the measured pace, and a warning when the training
     would take longer than `HOURS_WARNING` (None otherwise)."""
     step = phases["generate"] + phases["update"]
-    parts = [f"updating on {shape.rows * shape.passes} rows {phases['update']:.1f} s"]
+    parts = [f"updating on {shape.rows * shape.passes} rows {_seconds(phases['update'])}"]
     if shape.rollouts:
         generating = f"generating {shape.rollouts} rollouts of up to {shape.completion_tokens} tokens"
-        parts.insert(0, f"{generating} {phases['generate']:.1f} s")
+        parts.insert(0, f"{generating} {_seconds(phases['generate'])}")
     run = step * max_steps
     until = f"about {_duration(run)} for {max_steps} steps"
     if time_budget is not None and time_budget < run:
@@ -246,7 +246,7 @@ def expected_lines(
         steps = f"about {time_budget / step:.0f} of {max_steps} steps"
         until = f"the {time_budget:g}-s time budget ends training after {steps}"
     line = (
-        f"expected: about {step:.1f} s a step at most ({', '.join(parts)}, in {precision}; completions at full "
+        f"expected: about {_seconds(step)} a step at most ({', '.join(parts)}, in {precision}; completions at full "
         f"length), {until}; evaluation not counted"
     )
     warning = None
@@ -256,6 +256,10 @@ def expected_lines(
             "--time-budget or a shorter trainer.max_completion_length make it shorter"
         )
     return line, warning
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds:.2f} s"
 
 
 def _duration(seconds: float) -> str:

@@ -12,8 +12,8 @@ two one-sided tests at 5% against the margin (+-2 points by default): "equivalen
 
 Runs live in `--root` (default runs/precision-learning/<setting>/<precision>/seed-<s>) and a finished run (its
 summary.json, in the planned precision) is never trained again, so the script resumes where it stopped and, once
-everything has run, only prints the report (runs with other `--set` settings need another `--root`). One command runs everything in sequence (hours: about 2.5 min a tiny run
-and 20 min a SmolLM2 run on 2 idle cores):
+everything has run, only prints the report (runs with other `--set` settings need another `--root`). One command
+runs everything in sequence (hours: about 2.5 min a tiny run and 20 min a SmolLM2 run on 2 idle cores):
 
     .venv/bin/python benchmarks/precision_learning.py                     # both settings, then the report
     .venv/bin/python benchmarks/precision_learning.py --settings tiny --seeds 0 1 2 3 4 5

@@ -18,3 +18,12 @@ def tiny_model_dir(tmp_path_factory):
 
     recipe = dataclasses.replace(TinyRecipe(), sft_steps=30)
     return build_tiny(recipe, cache_dir=tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(autouse=True)
+def step_costs_file(tmp_path_factory, monkeypatch):
+    """Each test keeps its own start-up measurements (`pods_rl.run.step_costs`), never the user's cache: a `pods
+    train` in a test measures its step once, and later runs of the same test reuse it, as they would on a machine."""
+    path = tmp_path_factory.mktemp("step-costs") / "step-costs.json"
+    monkeypatch.setenv("PODS_RL_STEP_COSTS", str(path))
+    return path

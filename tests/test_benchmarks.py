@@ -1,11 +1,16 @@
 """The benchmark scripts run: the GPU check's dry mode takes the same code path (measuring_config, PODSTrainer, the
 phase logs) on the CPU at a tiny shape."""
 
+import argparse
+import io
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from pods_rl.console import make_console
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +56,6 @@ def test_machine_check_reports_compute_and_both_page_fault_costs() -> None:
 
 def test_arm_vs_arms_measures_pods_against_each_arm_of_a_kept_comparison() -> None:
     """The kept 3-term comparison's PODS row against GRPO 4/4 is the report's own (its comparison.json)."""
-    import json
 
     from pods_rl.compare.measures import difference_text, speedup_text
 
@@ -85,3 +89,108 @@ def test_compare_coverage_prints_every_case_and_the_power_table() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
     assert len(rows) == 4 * 2 * 4 + 3 * 3  # designs x questions x truths, then designs x seed counts
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The body rows of rich tables in `output`, as their cells."""
+    return [
+        [cell.strip() for cell in line.strip("│").split("│")] for line in output.splitlines() if line.startswith("│")
+    ]
+
+
+def run_benchmark(script: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_dropin_overhead_runs_both_trainers_interleaved(tiny_model_dir) -> None:
+    output = run_benchmark(
+        "dropin_overhead.py", "--models", "tiny", "--quick", "--steps", "2", "--pairs", "1", "--tiny-dir",
+        str(tiny_model_dir),
+    )  # fmt: skip
+    rows = {cells[1]: cells for cells in table_rows(output) if cells[0] == "tiny"}
+    assert list(rows) == ["GRPO", "PODS"]
+    grpo, pods = float(rows["GRPO"][3]), float(rows["PODS"][3])
+    assert grpo > 0 and pods > 0
+    assert rows["PODS"][4] == f"{pods / grpo:.3f}x" or abs(float(rows["PODS"][4][:-1]) - pods / grpo) < 0.002
+    assert rows["PODS"][5] == "identical" or rows["PODS"][5].endswith("(rounding)")  # the same rows, advantages
+
+
+def test_precision_phases_times_each_phase_in_both_precisions_and_checks_the_tokens(tiny_model_dir) -> None:
+    output = run_benchmark(
+        "precision_phases.py", "--settings", "tiny", "--quick", "--steps", "2", "--repeats", "1",
+        "--tiny-dir", str(tiny_model_dir),
+    )  # fmt: skip
+    assert output.startswith("machine: ") and "bf16 instructions: " in output.splitlines()[0]
+    rows = table_rows(output)
+    phases = {cells[1]: cells for cells in rows if len(cells) == 9}
+    assert list(phases) == ["fp32", "bf16"]
+    fp32, bf16 = float(phases["fp32"][6]), float(phases["bf16"][6])
+    assert fp32 > 0 and bf16 > 0 and phases["bf16"][7] == f"{fp32 / bf16:.2f}x"
+    assert all(float(phases[p][8]) > 0 for p in phases)  # the start-up measurement's prediction
+    (check,) = [cells for cells in rows if len(cells) == 5]
+    assert check[:2] == ["tiny", "8"]
+    mean, largest = float(check[2]), float(check[3])
+    assert 0 <= mean <= largest <= 1 and check[4].endswith("%")
+
+
+def test_precision_learning_reports_paired_differences_and_equivalence(tmp_path, monkeypatch) -> None:
+    """From finished pairs (made up here): per seed and across seeds, bf16 minus fp32, and the verdict; runs already
+    finished are never trained again, an interrupted one is trained from the start."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import precision_learning as learning
+
+    root = tmp_path / "runs"
+
+    def make_run(precision: str, seed: int, accuracies: list[float], *, done: bool = True) -> None:
+        folder = learning.run_dir(root, "tiny", precision, seed)
+        folder.mkdir(parents=True)
+        records = [{"type": "eval", "step": 10 * i, "accuracy": a} for i, a in enumerate(accuracies)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        if done:
+            summary = {"precision": {"dtype": precision}, "train_seconds": 20.0 if precision == "fp32" else 10.0,
+                       "steps": 20}  # fmt: skip
+            (folder / "summary.json").write_text(json.dumps(summary))
+
+    # window means: fp32 (0.4 + 0.5) / 2 / 2 + (0.5 + 0.6) / 2 / 2 = 0.5; bf16 per seed 0.5 + d
+    for seed, shift in enumerate([0.0, 0.01, -0.01]):
+        make_run("fp32", seed, [0.4, 0.5, 0.6])
+        make_run("bf16", seed, [0.4 + shift, 0.5 + shift, 0.6 + shift])
+    make_run("bf16", 3, [0.4, 0.5], done=False)  # interrupted: no summary
+    options = argparse.Namespace(root=root, margin=2.0, set=None, tiny_dir=None)
+    trained = []
+
+    def fake_run(command, **kwargs):
+        folder = Path(command[command.index("--output-dir") + 1])
+        trained.append((folder.relative_to(root).as_posix(), command[command.index("--set") + 1]))
+        assert not folder.exists()  # the interrupted run's folder was cleared first
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(learning.subprocess, "run", fake_run)
+    learning.train_missing("tiny", [0, 1, 2, 3], options, make_console(quiet=True))
+    assert trained == [("tiny/bf16/seed-3", "trainer.bf16=true"), ("tiny/fp32/seed-3", "trainer.bf16=false")]
+
+    table, lines = learning.report("tiny", [0, 1, 2, 3], options)
+    text = io.StringIO()
+    make_console(file=text).print(table)
+    assert [tuple(cells) for cells in table_rows(text.getvalue())] == [
+        ("0", "50.0", "50.0", "+0.0", "60.0", "60.0", "+0.0", "1.00", "0.50"),
+        ("1", "50.0", "51.0", "+1.0", "60.0", "61.0", "+1.0", "1.00", "0.50"),
+        ("2", "50.0", "49.0", "-1.0", "60.0", "59.0", "-1.0", "1.00", "0.50"),
+    ]
+    # differences 0, +1, -1: mean 0, sd 1, t(0.975, 2) = 4.303 -> +-2.48; t(0.95, 2) = 2.920 -> +-1.69 (inside 2)
+    assert lines == [
+        "tiny, window accuracy: bf16 minus fp32 +0.0 points (95% interval -2.5 to +2.5) over 3 seed(s): "
+        "equivalent within +-2 points",
+        "tiny, final accuracy: bf16 minus fp32 +0.0 points (95% interval -2.5 to +2.5) over 3 seed(s): "
+        "equivalent within +-2 points",
+        "tiny, training seconds a step: fp32 / bf16 = 2.00x (geometric mean over seeds)",
+        "tiny: 1 of 4 seed(s) not finished in both precisions",
+    ]
+    assert learning.verdict([0.0, 3.0, -3.0], 2.0).startswith("not shown either way at +-2 points")
+    assert learning.verdict([5.0, 5.5, 4.5], 2.0) == "not equivalent: beyond +-2 points"

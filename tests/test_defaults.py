@@ -114,16 +114,35 @@ def test_smollm2_on_three_term_sums_gets_its_sizing_runs_setting_on_the_tasks_ow
 
 
 @pytest.mark.parametrize(
-    ("model", "task", "gpu"),
+    ("model", "task", "gpu", "tokens"),
     [
-        ("smollm2-135m", "arithmetic", True),  # a GPU keeps the paper's sizes
-        ("smollm2-135m", "gsm8k", False),  # the preset's task options and lengths are arithmetic's
-        ("HuggingFaceTB/SmolLM2-135M-Instruct", "arithmetic", False),  # only the built-in name
+        ("smollm2-135m", "arithmetic", True, None),  # a GPU keeps the paper's sizes
+        ("Qwen/Qwen2.5-3B-Instruct", "gsm8k", True, None),
+        ("smollm2-135m", "gsm8k", False, 256),  # the preset's task options and lengths are arithmetic's
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "arithmetic", False, 64),  # only the built-in name
+        ("smollm2-135m", "reasoning-gym:chain_sum", False, 128),
+        ("tiny", "arithmetic-3term", False, 64),
     ],
 )
-def test_the_smollm2_preset_applies_nowhere_else(machine, model, task, gpu):
+def test_the_smollm2_preset_applies_nowhere_else_and_a_cpu_gets_cpu_sized_defaults(machine, model, task, gpu, tokens):
+    """Off the presets: the generic defaults on a GPU; on a CPU the sizes that cost time are CPU-sized (the task's
+    completion length, 2 prompts x n = 8, 50 steps, a 50-example evaluation), and what a step learns stays generic."""
     machine(gpu=gpu)
-    assert default_run_settings(model, task) == {**GENERIC, "model": model, "task": task}
+    settings = default_run_settings(model, task)
+    generic = {**GENERIC, "model": model, "task": task}
+    if gpu:
+        assert settings == generic and preset_for(model, task) is None
+        return
+    assert preset_for(model, task) == "cpu"
+    sized = {"num_generations": 8, "num_selected": 2, "per_device_train_batch_size": 4, "max_completion_length": tokens,
+             "max_steps": 50, "save_steps": 25}  # fmt: skip
+    assert settings == {
+        **generic,
+        "trainer": {**GENERIC["trainer"], **sized},
+        "eval": {"every_steps": 25, "num_examples": 50, "batch_size": 50},
+    }
+    assert settings["trainer"]["learning_rate"] == GENERIC["trainer"]["learning_rate"]
+    RunSettings.from_dict(settings)  # a valid run
 
 
 def test_the_tiny_preset_does_not_depend_on_the_machine(machine):

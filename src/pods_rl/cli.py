@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from pods_rl.console import make_console
 
 app = typer.Typer(
     help="PODS: GRPO that trains on the most informative m of n rollouts per prompt.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
+console = make_console()  # wide off a terminal, so that a table's cells never wrap in a log
 
 
 def _fail(error: Exception) -> None:
@@ -131,7 +132,12 @@ def train(
             settings, changes = apply_on_resume(settings, overrides, where=f"--resume {resume}")
             output_dir = resume
         else:
-            settings = resolve(default_run_settings, config, overrides)
+
+            def defaults(model: str, task: str) -> dict[str, Any]:
+                check_model_name(model)  # first: the defaults of a model off the presets ask torch about a GPU
+                return default_run_settings(model, task)
+
+            settings = resolve(defaults, config, overrides)
             output_dir = output_dir or default_output_dir(settings)
             check_output_dir(output_dir, overwrite=overwrite)
         check_model_name(settings.model)
@@ -156,10 +162,10 @@ def train(
     if dry_run:
         return
     console.print(f"[bold green]done:[/] {output_dir}")
-    if "machine" in summary:  # one line on the console; summary.json keeps each field
+    if "machine" in summary:  # one line each on the console; summary.json keeps each field
         from pods_rl.machine import machine_label
 
-        summary = {**summary, "machine": machine_label(summary["machine"])}
+        summary = {**summary, "machine": machine_label(summary["machine"]), "precision": summary["precision"]["dtype"]}
     typer.echo(json.dumps(summary, indent=2))
 
 
@@ -231,7 +237,7 @@ def tasks() -> None:
     table = Table("task", "description")
     for name, description in list_tasks():
         table.add_row(name, description)
-    Console().print(table)
+    make_console(stderr=False).print(table)
 
 
 @app.command()
@@ -242,7 +248,7 @@ def models() -> None:
     table = Table("model", "description")
     for name, description in list_models().items():
         table.add_row(name, description)
-    Console().print(table)
+    make_console(stderr=False).print(table)
 
 
 @app.command()

@@ -1,8 +1,11 @@
-"""Default settings: generic ones for any model, and the presets of the two built-in models on their tasks.
+"""Default settings: generic ones for any model, the presets of the two built-in models on their tasks, and
+CPU-sized ones for everything else on a machine without an accelerator.
 
 A preset applies only to its model and task (and, for SmolLM2, only on a machine without an accelerator), under the
-user's own settings: `pods train --model Qwen/... --task gsm8k` gets the generic defaults, and on a GPU SmolLM2 gets
-them too (the paper's sizes). How the presets were chosen, with the measurements, is in the README.
+user's own settings. On a GPU, `pods train --model Qwen/... --task gsm8k` gets the generic defaults (the paper's
+sizes), and so does SmolLM2. On a CPU, any model and task without a preset gets `CPU_SIZED` over the generic ones:
+the sizes that cost time (rollouts, completion length, steps, evaluation), not those that set what a step learns. How
+the presets were chosen, with the measurements, is in the README.
 """
 
 from __future__ import annotations
@@ -103,6 +106,35 @@ SMOLLM2_CPU_VLLM: dict[str, Any] = {"trainer": {"use_vllm": True}}
 
 SMOLLM2_CPU_NOTE = "the CPU preset of smollm2-135m on {task} (no accelerator found); your settings override it"
 
+# Any other model and task on a CPU: the SmolLM2 preset's step (2 prompts x n = 8, m = 2, about 20 s for a 135M model
+# on 2 cores at 64 tokens), 50 steps and a 50-example evaluation, so that a run ends in minutes to an hour rather than
+# days. The learning rate and the other settings of what a step learns stay generic: they do not depend on the
+# machine. `pods train` states the expected time of a step and of the run once it has measured the model.
+CPU_SIZED: dict[str, Any] = {
+    "trainer": {
+        "num_generations": 8,
+        "num_selected": 2,
+        "per_device_train_batch_size": 4,  # 4 / m = 2 prompts per step, 16 rollouts generated
+        "max_steps": 50,
+        "save_steps": 25,
+    },
+    "eval": {"every_steps": 25, "num_examples": 50, "batch_size": 50},
+}
+# Completion tokens on a CPU, by task: what its answers need (a sum takes a few dozen tokens with its reasoning, a
+# GSM8K or MATH solution a few hundred); any other task, reasoning-gym's included, gets CPU_COMPLETION_TOKENS.
+CPU_COMPLETION_TOKENS_BY_TASK = {"arithmetic": 64, "arithmetic-3term": 64, "gsm8k": 256, "math": 256}
+CPU_COMPLETION_TOKENS = 128
+CPU_SIZED_NOTE = (
+    "CPU-sized defaults (rollouts, completion length, steps, evaluation) for {model} on {task} (no accelerator "
+    "found); your settings override them"
+)
+
+
+def cpu_sized(task: str) -> dict[str, Any]:
+    """`CPU_SIZED` with the completion length of `task`."""
+    tokens = CPU_COMPLETION_TOKENS_BY_TASK.get(task, CPU_COMPLETION_TOKENS)
+    return merge(CPU_SIZED, {"trainer": {"max_completion_length": tokens}})
+
 
 def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
     """Whether the SmolLM2 CPU preset generates with vLLM on a CPU with these instruction-set flags, and why.
@@ -120,12 +152,13 @@ def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
 
 
 def preset_for(model: str, task: str) -> str | None:
-    """The preset a run of `model` on `task` starts from on this machine: "tiny", "smollm2-135m" or None."""
+    """The preset a run of `model` on `task` starts from on this machine: "tiny", "smollm2-135m", "cpu" (the
+    CPU-sized defaults of any other model and task on a machine without an accelerator) or None (the generic ones)."""
     if model == "tiny" and task == "arithmetic":
         return "tiny"
-    if model == "smollm2-135m" and task in SMOLLM2_CPU_PRESETS and not accelerator_available():
-        return "smollm2-135m"
-    return None
+    if accelerator_available():
+        return None
+    return "smollm2-135m" if model == "smollm2-135m" and task in SMOLLM2_CPU_PRESETS else "cpu"
 
 
 def preset_generation(model: str, task: str) -> tuple[bool, str] | None:
@@ -149,4 +182,6 @@ def default_run_settings(model: str = "tiny", task: str = "arithmetic") -> dict[
         generation = preset_generation(model, task)
         if generation is not None and generation[0]:
             settings = merge(settings, SMOLLM2_CPU_VLLM)
+    elif preset == "cpu":
+        settings = merge(settings, cpu_sized(task))
     return settings

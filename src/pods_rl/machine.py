@@ -34,6 +34,12 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_first_processor().get("flags", "").split())
 
 
+def cpu_identity() -> tuple[str | None, ...]:
+    """This machine's CPU as /proc/cpuinfo names it: model name, family, model and stepping."""
+    cpu = _first_processor()
+    return tuple(cpu.get(field) for field in ("model name", "cpu family", "model", "stepping"))
+
+
 def instruction_set(flags: frozenset[str]) -> str:
     """The widest vector instructions that decide CPU kernels' speed here: AVX-512, AVX2 or other."""
     return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "other"

@@ -47,6 +47,7 @@ def test_compare_two_arms_writes_comparison(tiny_model_dir, tmp_path):
         arm = comparison["arms"][name]
         config = yaml.safe_load((out / name / "seed-0" / "config.yaml").read_text())
         assert config["trainer"]["num_generations"] == n and config["trainer"]["per_device_train_batch_size"] == rows
+        assert config["trainer"]["bf16"] is False  # no accelerator here: every arm in one precision, fp32
         assert arm["steps"]["mean"] == 3 and arm["per_step"]["rollouts_generated"] == 2 * n
         assert arm["totals"]["rollouts_trained"] == 3 * 4
         assert set(arm["seconds_per_step"]) == {"generate", "score", "select", "update", "total"}
@@ -333,6 +334,32 @@ def test_resolve_compare_arms_and_batch_sizes(tmp_path):
     assert sizes == {"grpo": (4, 4, 4), "grpo-pool": (16, 16, 16), "pods-8": (8, 4, 4)}  # 2 prompts / step, 2 micro
     assert settings.arm_settings("pods-8", 7).seed == 7
     assert list(resolve_compare(config, [], only=["grpo"]).arms) == ["grpo"]
+
+
+def test_every_arm_trains_in_one_precision(tmp_path, monkeypatch):
+    """Without an accelerator, an arm whose settings do not name a precision trains in fp32 (pods train would measure
+    each arm's own step and could choose bf16 for some); a precision the comparison sets is every arm's. A run saved
+    before precision was chosen (no trainer.bf16 in its config) counts as the planned fp32 run, not as changed."""
+    config = tmp_path / "compare.yaml"
+    config.write_text(yaml.safe_dump({"n": 4, "m": 2, "prompts_per_step": 2, "arms": {"grpo": {"n": "m"}}}))
+    planned = resolve_compare(config, []).arm_settings("grpo", 0)
+    assert "bf16" not in planned.trainer
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("torch.accelerator.is_available", lambda: False)
+    assert compare_runner.one_precision(planned).trainer["bf16"] is False
+    forced = resolve_compare(config, [{"trainer": {"bf16": True}}]).arm_settings("grpo", 0)
+    assert compare_runner.one_precision(forced).trainer["bf16"] is True
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert "bf16" not in compare_runner.one_precision(planned).trainer  # a GPU: TRL's default, the same for all
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    old = planned.to_dict()  # saved by an earlier version: no trainer.bf16
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
+    assert compare_runner._changed_settings(run_dir, planned) == []
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**old, "trainer": {**old["trainer"], "bf16": True}}))
+    assert compare_runner._changed_settings(run_dir, planned) == ["trainer.bf16"]
 
 
 def test_dynamic_sampling_arms(tmp_path):

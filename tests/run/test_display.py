@@ -110,3 +110,50 @@ def test_narrow_terminal_shows_counts_and_text_without_ellipsis():
     assert "training 12/250 reward 0.512 sel 0.613 acc 0.380 train 45s | step 13" in words  # folded, not cut
     assert "step 12: held-out accuracy 0.380" in text
     assert "…" not in text
+
+
+def test_time_left_leaves_out_the_first_unit_and_its_start_up(monkeypatch):
+    """A first step of 10 s (start-up) and steps of 1 s after it: at step 10 of 100 the log says 90 s are left (the
+    pace since step 1), not 171 s (19 s for 10 steps); on a terminal the same estimate shows."""
+    now = [0.0]
+    monkeypatch.setattr(pods_rl.run.display.time, "monotonic", lambda: now[0])
+    console, out = file_console()
+    display = Display(console, heartbeat=3600)
+    display.update("training", 0, 100)
+    now[0] = 10.0
+    display.update("training", 1, 100)
+    for done in range(2, 11):
+        now[0] += 1.0
+        display.update("training", done, 100)
+    display.close()
+    assert out.getvalue().splitlines() == ["training 10/100 | 0:19 elapsed | about 1:30 left"]
+
+    out = io.StringIO()
+    display = Display(Console(file=out, force_terminal=True, width=120, color_system=None))
+    now[0] = 0.0
+    display.update("training", 0, 100)
+    assert "left" not in out.getvalue()  # no pace before a second report past the first unit
+    now[0] = 10.0
+    display.update("training", 1, 100)
+    now[0] = 12.0
+    display.update("training", 3, 100)
+    display._progress.refresh()
+    display.close()
+    assert "1:37 left" in out.getvalue()  # 97 steps at 1 s
+
+
+def test_first_report_past_zero_gives_no_estimate_on_its_own(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(pods_rl.run.display.time, "monotonic", lambda: now[0])
+    console, out = file_console()
+    display = Display(console, heartbeat=3600, lines_per_phase=100)
+    display.update("training", 0, 4)
+    now[0] = 8.0
+    display.update("training", 1, 4)  # a line per unit: the first has no pace to go by
+    now[0] = 9.0
+    display.update("training", 2, 4)
+    display.close()
+    assert out.getvalue().splitlines() == [
+        "training 1/4 | 0:08 elapsed",
+        "training 2/4 | 0:09 elapsed | about 0:02 left",
+    ]

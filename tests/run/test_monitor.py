@@ -152,3 +152,33 @@ def test_grid_cell_absorbs_float_rounding() -> None:
     assert [grid_cell(t, 0.1) for t in (0.0, 0.0999, 0.1, 0.3, 0.30001)] == [0, 0, 1, 3, 3]
     assert grid_cell(0.1 + 0.2, 0.3) == 1  # 0.30000000000000004
     assert grid_cell(29.999, 10.0) == 2
+
+
+def test_the_first_step_gives_no_estimate_and_the_second_does(tmp_path) -> None:
+    """Step 1 (10 s, start-up included) is reported as such without a time left; step 2 (1 s) gives the estimate:
+    10 steps left at 1 s. No further pace lines."""
+    import io
+
+    out = io.StringIO()
+    clock = FakeClock()
+    monitor = RunMonitor(
+        tmp_path / "metrics.jsonl",
+        lambda model: {"accuracy": 0.5, "num_examples": 4},
+        EvalSettings(every_steps=None),
+        display=Display(Console(file=out, width=80)),
+        clock=clock,
+    )
+    state, control = TrainerState(max_steps=12), TrainerControl()
+    monitor.on_train_begin(None, state, control)
+    for seconds, generate in ((10.0, 6.0), (1.0, 0.4), (1.0, 0.4)):
+        monitor.on_step_begin(None, state, control)
+        clock.now += seconds
+        state.global_step += 1
+        monitor.on_step_end(None, state, control)
+        monitor.on_log(None, state, control, logs={"pods/time_generate": generate, "pods/time_update": 0.5})
+    monitor.close()
+    pace = [line for line in out.getvalue().splitlines() if line.startswith("step ") and " took " in line]
+    assert pace == [
+        "step 1 took 10.0 s (generate 6.0 s, update 0.5 s; the first step includes start-up)",
+        "step 2 took 1.0 s (generate 0.4 s, update 0.5 s): about 0.2 min of training left at this pace",
+    ]

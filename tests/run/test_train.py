@@ -5,6 +5,7 @@ import os
 import re
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -43,6 +44,8 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
     assert summary["steps"] == 4
     assert 0 <= summary["base_accuracy"] <= 1 and summary["train_seconds"] > 0
     assert summary["machine"] == describe_machine()  # seconds are only comparable on one machine
+    assert summary["precision"]["dtype"] in ("fp32", "bf16")  # and the precision they were taken in
+    assert json.loads((out / "precision.json").read_text()) == summary["precision"]
     steps = records(out, "step")
     evals = records(out, "eval")
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
@@ -92,14 +95,18 @@ def test_overwrite_replaces_a_previous_run_and_the_console_stays_quiet(tiny_mode
         assert unwanted not in console, unwanted
     lines = console.splitlines()
     assert lines[0].startswith(f"run: {tiny_model_dir} on arithmetic, PODS (max_variance), seed 0 -> {out}")
-    assert "per step: 4 prompts x n=4 = 16 rollouts of up to 24 tokens generated, m=2 per prompt = 8 rows" in lines[1]
-    assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[2]
-    assert any(line.startswith("step 1 took ") and "min of training left at this pace" in line for line in lines)
+    assert lines[1].startswith("defaults: CPU-sized defaults")  # a model off the presets, on a CPU
+    assert "per step: 4 prompts x n=4 = 16 rollouts of up to 24 tokens generated, m=2 per prompt = 8 rows" in lines[2]
+    assert "until: 4 steps; evaluation: 16 held-out examples, greedy pass@1, every 2 steps" in lines[3]
+    assert lines[5].startswith("precision: ")
+    first = [line for line in lines if line.startswith("step 1 took ")]
+    assert len(first) == 1 and first[0].endswith("; the first step includes start-up)")  # no estimate from it
+    assert any(line.startswith("step 2 took ") and "min of training left at this pace" in line for line in lines)
     progress = [line for line in lines if line.startswith("training ")]
     counts = [line.split()[1] for line in progress]  # a slow step may repeat its line (the 30 s heartbeat)
     assert list(dict.fromkeys(counts)) == ["1/4", "2/4", "3/4", "4/4"] and counts == sorted(counts)
     assert sum(line.startswith("step ") and "held-out accuracy" in line for line in lines) == 3
-    assert len(lines) - len(progress) < 25
+    assert len(lines) - len(progress) < 30  # the plan (with precision and expected time), results, summary
     log = (out / "train.log").read_text()
     assert "INFO transformers" in log
 
@@ -166,10 +173,23 @@ def test_eval_command(tiny_model_dir, tmp_path):
     assert saved["num_examples"] == 8 and 0 <= saved["accuracy"] <= 1
 
 
+AVX2_PRECISION = (
+    "precision: fp32 (AVX2 CPU without bf16 instructions (AMX-BF16, AVX512-BF16); --set trainer.bf16=true forces bf16)"
+)
+
+
+def cpu_with(monkeypatch, *flags: str) -> None:
+    """The CPU's flags as the precision rule reads them."""
+    import pods_rl.run.step_costs
+
+    monkeypatch.setattr(pods_rl.run.step_costs, "cpu_flags", lambda: frozenset({"avx", "avx2", *flags}))
+
+
 def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
     import pods_rl.models
 
     monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    cpu_with(monkeypatch)
     out = tmp_path / "run"
     result = runner.invoke(app, ["train", "--dry-run", "--output-dir", str(out), "--time-budget", "600"])
     assert result.exit_code == 0, result.output
@@ -180,6 +200,7 @@ def test_dry_run_states_the_plan_and_touches_nothing(tmp_path, monkeypatch):
         "learning rate 0.0001",
         "until: 250 steps or 600 s of training; evaluation: 200 held-out examples, greedy pass@1, every 50 steps",
         "generation: HF generate; evaluation: HF generate",
+        AVX2_PRECISION,
     ]
     assert not out.exists()
     dynamic = ["--set", "trainer.dynamic_sampling=true", "--set", "trainer.max_generation_rounds=4"]
@@ -219,6 +240,7 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
     monkeypatch.setattr(pods_rl.defaults, "vllm_installed", lambda: vllm)
     monkeypatch.setattr(pods_rl.defaults, "cpu_flags", lambda: frozenset({"avx", "avx2", flags}))
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: vllm)
+    cpu_with(monkeypatch, flags)
     out = tmp_path / "run"
     command = ["train", "--model", "smollm2-135m", "--dry-run", "--output-dir", str(out), *options]
     result = runner.invoke(app, command)
@@ -236,6 +258,8 @@ def test_dry_run_of_smollm2_names_the_cpu_preset(tmp_path, monkeypatch, gpu, vll
         "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
         f"generation: {generation}; evaluation: "
         + ("on the same vLLM engine" if generation.startswith("vLLM") else "HF generate"),
+        f"precision: fp32 ({'AVX-512' if flags == 'avx512f' else 'AVX2'} CPU without bf16 instructions (AMX-BF16, "
+        "AVX512-BF16); --set trainer.bf16=true forces bf16)",
     ]
     assert not out.exists()
 
@@ -280,3 +304,102 @@ def test_dry_run_of_smollm2_on_three_term_sums_names_that_preset(tmp_path, monke
         "learning rate 1e-05"
     )
     assert lines[3] == "until: 30 steps; evaluation: 200 held-out examples, greedy pass@1, every 10 steps"
+
+
+def test_dry_run_off_the_presets_on_a_cpu_plans_cpu_sized_steps_and_their_time(tmp_path, monkeypatch):
+    """Any model and task without a preset gets CPU-sized defaults on a CPU, and the plan says so; once its step was
+    measured on this machine, the plan gives the time of a step and of the run, and warns when that is hours."""
+    import pods_rl.defaults
+    import pods_rl.models
+    import pods_rl.run.step_costs
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(pods_rl.defaults, "accelerator_available", lambda: False)
+    cpu_with(monkeypatch, "avx512f", "avx512_bf16")
+    out = tmp_path / "run"
+    command = ["train", "--model", "smollm2-135m", "--task", "reasoning-gym:chain_sum", "--dry-run"]
+    command += ["--output-dir", str(out)]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"run: smollm2-135m on reasoning-gym:chain_sum, PODS (max_variance), seed 0 -> {out}",
+        "defaults: CPU-sized defaults (rollouts, completion length, steps, evaluation) for smollm2-135m on "
+        "reasoning-gym:chain_sum (no accelerator found); your settings override them",
+        "per step: 2 prompts x n=8 = 16 rollouts of up to 128 tokens generated, m=2 per prompt = 4 rows trained; "
+        "learning rate 5e-06",
+        "until: 50 steps; evaluation: 50 held-out examples, greedy pass@1, every 25 steps",
+        "generation: HF generate; evaluation: HF generate",
+        "precision: fp32 or bf16, measured once the model has loaded (AVX512-BF16 CPU; a few seconds, once per "
+        "machine, model and step shape)",
+    ]
+    measured = {"fp32": {"generate": 30.0, "update": 10.0}, "bf16": {"generate": 24.0, "update": 6.0}}
+    monkeypatch.setattr(pods_rl.run.step_costs, "cached_costs", lambda key: measured)
+    result = runner.invoke(app, [*command, "--max-steps", "1000"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[5:] == [
+        "precision: bf16 autocast over fp32 weights (AVX512-BF16 CPU: a step measured 40.00 s in fp32, 30.00 s in "
+        "bf16 for this model and shape, 1.33x; --set trainer.bf16=false forces fp32)",
+        "expected: about 30.0 s a step at most (generating 16 rollouts of up to 128 tokens 24.0 s, updating on 4 rows "
+        "6.0 s, in bf16; completions at full length), about 8.3 hours for 1000 steps; evaluation not counted",
+        "warning: at the measured pace this run trains for about 8.3 hours: fewer steps (--max-steps), a "
+        "--time-budget or a shorter trainer.max_completion_length make it shorter",
+    ]
+    assert not out.exists()
+
+
+def test_bf16_where_measured_faster_evaluates_in_fp32_and_a_resumed_run_keeps_its_precision(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """On a CPU with bf16 instructions whose measured step is faster in bf16, the run trains in bf16 (no measurement
+    when the cache holds the step), evaluates in fp32, records its precision in summary.json and precision.json; resumed
+    after the cache changed its mind, it keeps bf16."""
+    import pods_rl.evaluation
+    import pods_rl.run.step_costs
+    from pods_rl.trainer import PODSTrainer
+
+    cpu_with(monkeypatch, "avx512f", "avx512_bf16")
+    measured = {"fp32": {"generate": 1.5, "update": 0.5}, "bf16": {"generate": 0.5, "update": 0.5}}
+    monkeypatch.setattr(pods_rl.run.step_costs, "cached_costs", lambda key: measured)
+    monkeypatch.setattr(pods_rl.run.step_costs, "measure_step", lambda *a, **k: pytest.fail("measured again"))
+    trained_in, evaluated_under_autocast = [], []
+    autocast = PODSTrainer._generation_autocast
+
+    def spy_generation(self):
+        trained_in.append(self.args.bf16)
+        return autocast(self)
+
+    evaluate = pods_rl.evaluation.evaluate
+
+    def spy_evaluate(model, *args, **kwargs):
+        hook = model.model.layers[0].mlp.register_forward_pre_hook(
+            lambda *_: evaluated_under_autocast.append(torch.is_autocast_enabled("cpu"))
+        )
+        try:
+            return evaluate(model, *args, **kwargs)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(PODSTrainer, "_generation_autocast", spy_generation)
+    monkeypatch.setattr(pods_rl.evaluation, "evaluate", spy_evaluate)
+    out = tmp_path / "run"
+    result = quick_train(tiny_model_dir, out, "--set", "trainer.max_steps=2")
+    assert result.exit_code == 0, result.output
+    reason = (
+        "AVX512-BF16 CPU: a step measured 2.00 s in fp32, 1.00 s in bf16 for this model and shape, 2.00x; "
+        "--set trainer.bf16=false forces fp32"
+    )
+    assert f"precision: bf16 autocast over fp32 weights ({reason})" in result.output.splitlines()
+    assert trained_in == [True, True]
+    assert evaluated_under_autocast and not any(evaluated_under_autocast)
+    record = {"dtype": "bf16", "reason": reason, "step_seconds": {"fp32": 2.0, "bf16": 1.0}, "measured": measured}
+    assert json.loads((out / "summary.json").read_text())["precision"] == record
+    assert json.loads((out / "precision.json").read_text()) == record
+
+    measured = {"fp32": measured["bf16"], "bf16": measured["fp32"]}  # now fp32 would be chosen
+    trained_in.clear()
+    result = runner.invoke(app, ["train", "--resume", str(out), "--max-steps", "3"])
+    assert result.exit_code == 0, result.output
+    resumed = f"precision: bf16 autocast over fp32 weights (as the run started: {reason})"
+    assert resumed in result.output.splitlines()
+    assert trained_in == [True]
+    assert json.loads((out / "summary.json").read_text())["precision"]["dtype"] == "bf16"

@@ -644,3 +644,26 @@ def test_shortest_tie_break_and_token_metrics_count_the_models_tokens(tmp_path):
     assert trained == [1, 2, 1, 2]
     assert metrics["pods/tokens_generated"] == 2 * (6 + 2 + 3 + 4)
     assert metrics["pods/tokens_trained"] == 2 * (2 + 3)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_bf16_on_a_cpu_generates_under_one_autocast_over_fp32_weights(tmp_path, monkeypatch, bf16):
+    """With bf16 on a CPU each of TRL's generation calls runs inside one bf16 autocast (the weights' casts are cached
+    for the whole call), the update's forward under accelerate's, and the weights stay fp32; in fp32 no autocast."""
+    seen = []
+    generate = GRPOTrainer._generate
+
+    def spy(self, prompts):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu"))
+        return generate(self, prompts)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", spy)
+    trainer = make_trainer(tmp_path, num_generations=4, num_selected=2, bf16=bf16)
+    forwards = []
+    trainer.model.model.layers[0].mlp.register_forward_pre_hook(
+        lambda *_: forwards.append(torch.is_autocast_enabled("cpu"))
+    )
+    trainer.train()
+    assert seen == ([torch.bfloat16] if bf16 else [False]) * 2
+    assert forwards and set(forwards) == {bf16}
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}

@@ -39,6 +39,7 @@ from pods_rl.compare.measures import STEP_MEASURES, summarize
 from pods_rl.compare.render import results_tables, rule_text, write_comparison
 from pods_rl.compare.settings import COMPARE_FILE, CompareSettings, load_compare
 from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings
+from pods_rl.console import make_console
 from pods_rl.run.folders import CONFIG_FILE, SUMMARY_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.settings import RunSettings, changed_values, read_yaml
 
@@ -169,7 +170,7 @@ def run_comparison(
 
     With `resume`, runs already finished in `output_dir` are kept and the others are trained again from the start.
     """
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     output_dir = Path(output_dir)
     lock = ComparisonLock(output_dir)
     lock.check("--resume" if resume else "--output-dir")
@@ -225,7 +226,7 @@ def report_comparison(output_dir: Path, console: Console | None = None) -> dict[
     """Write the comparison files from the runs `output_dir` has finished, training nothing: the seeds whose every
     arm finished. While seeds are left it is an interim report, and says so; with all of them it is the report
     `run_comparison` writes. Raises ValueError while a tuning run or every seed is unfinished."""
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     settings = load_compare(output_dir, "--report")
     saved = Path(output_dir) / "comparison.json"
     if saved.exists() and not any(run_dir.exists() for run_dir in reported_runs(settings, output_dir).values()):
@@ -322,6 +323,7 @@ def _train_runs(runs: dict[str, tuple[Path, RunSettings]], console: Console, loc
     """Train each (folder, settings) in order, one `pods train` process each; finished runs are kept."""
     for index, (what, (run_dir, planned)) in enumerate(runs.items(), start=1):
         label = f"[{index}/{len(runs)}] {what}"
+        planned = one_precision(planned)
         if _finished(run_dir, planned):
             console.print(f"{label}: done earlier, kept")
             continue
@@ -344,9 +346,28 @@ def _finished(run_dir: Path, planned: RunSettings) -> bool:
     return True
 
 
+def one_precision(planned: RunSettings) -> RunSettings:
+    """Every arm in one precision. On a CPU `pods train` chooses bf16 by measuring the run's own step, so arms of
+    different shapes (GRPO 4/4, PODS 16 -> 4) could train in different precisions and the comparison would measure
+    that too. Unless the comparison's settings set `trainer.bf16`, every arm on a machine without an accelerator
+    trains in fp32 (set `trainer.bf16: true` to run them all in bf16); on a GPU every arm keeps TRL's default."""
+    if "bf16" in planned.trainer:
+        return planned
+    import torch
+
+    if torch.cuda.is_available() or torch.accelerator.is_available():
+        return planned
+    return planned.model_copy(update={"trainer": {**planned.trainer, "bf16": False}})
+
+
 def _changed_settings(run_dir: Path, planned: RunSettings) -> list[str]:
-    """Dotted keys whose value in the run's config.yaml differs from the planned settings."""
-    return list(changed_values(read_yaml(run_dir / CONFIG_FILE), yaml.safe_load(yaml.safe_dump(planned.to_dict()))))
+    """Dotted keys whose value in the run's config.yaml differs from the planned settings. A run saved before the
+    precision was chosen per machine has no `trainer.bf16`: it trained in fp32 on a CPU, as `one_precision` plans."""
+    saved = read_yaml(run_dir / CONFIG_FILE)
+    changed = changed_values(saved, yaml.safe_load(yaml.safe_dump(one_precision(planned).to_dict())))
+    if "bf16" not in (saved.get("trainer") or {}) and changed.get("trainer.bf16") == (None, False):
+        del changed["trainer.bf16"]
+    return list(changed)
 
 
 def _train_command(config: Path, run_dir: Path) -> list[str]:

@@ -5,6 +5,10 @@ plain lines: one per tenth of a phase, and at least one every `heartbeat` second
 stops growing means a stuck run, not a slow one. A phase whose outcome its caller prints (an evaluation, followed by
 "step N: held-out accuracy ...") can ask to be quiet when short: it then prints no progress line unless it runs for
 `heartbeat / 3` seconds, so a quick evaluation leaves one line in the log, its outcome.
+
+The time left, in both, is estimated from the progress after a phase's first unit (its first step, batch or second):
+the first carries the start-up (a GPU's kernels, a vLLM engine's first batch, oneDNN's first primitives) and would
+make the estimate many times too long.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column
+
+from pods_rl.console import make_console
 
 NARROW = 100  # columns below which the bar and the remaining time are left out
 
@@ -33,13 +39,23 @@ class _Phase:
     quiet_for: float = 0.0  # seconds from the start without progress lines (in a log)
     in_seconds: bool = False  # the count is of seconds, shown as a clock
     task_id: TaskID | None = None
+    first_unit: tuple[float, float] | None = None  # (clock, done) at the first report past 0: the pace starts there
+
+    def seconds_left(self, now: float) -> float | None:
+        """The time left at the pace since the first unit was done (None before a second report past it)."""
+        if self.first_unit is None or not self.total or self.done >= self.total:
+            return None
+        started, done = self.first_unit
+        if self.done <= done:
+            return None
+        return (now - started) / (self.done - done) * (self.total - self.done)
 
 
 class Display:
     """Progress of named phases; `update(name, done, total, text)` is the callback every long phase reports to."""
 
     def __init__(self, console: Console | None = None, *, heartbeat: float = 30.0, lines_per_phase: int = 10):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console()
         self.heartbeat = heartbeat
         self.lines_per_phase = lines_per_phase
         self._phases: dict[str, _Phase] = {}
@@ -84,6 +100,8 @@ class Display:
                 )
                 self._start(name, phase)
             phase.done, phase.text = done, text
+            if phase.first_unit is None and done > 0:
+                phase.first_unit = (time.monotonic(), done)
             if total is not None:
                 phase.total = total
             finished = phase.total is not None and done >= phase.total
@@ -122,16 +140,22 @@ class Display:
                 *([BarColumn(bar_width=20)] if wide else []),
                 TextColumn("[bold]{task.description}[/] {task.fields[count]} {task.fields[text]}", table_column=text),
                 TimeElapsedColumn(),
-                *([TimeRemainingColumn()] if wide else []),
+                *([TextColumn("{task.fields[left]}")] if wide else []),
             ]
             self._progress = Progress(*columns, console=self.console, transient=False)
             self._progress.start()
-        phase.task_id = self._progress.add_task(name, total=phase.total, count="", text="")
+        phase.task_id = self._progress.add_task(name, total=phase.total, count="", text="", left="")
 
     def _draw(self, name: str, phase: _Phase) -> None:
         assert self._progress is not None and phase.task_id is not None
+        left = phase.seconds_left(time.monotonic())
         self._progress.update(
-            phase.task_id, completed=phase.done, total=phase.total, count=_count(phase), text=phase.text
+            phase.task_id,
+            completed=phase.done,
+            total=phase.total,
+            count=_count(phase),
+            text=phase.text,
+            left="" if left is None else f"{_clock(left)} left",
         )
         if phase.total is not None and phase.done >= phase.total:
             self._progress.remove_task(phase.task_id)  # the caller prints the outcome
@@ -152,8 +176,9 @@ class Display:
         now = time.monotonic()
         elapsed = now - phase.started
         parts = [f"{name} {_count(phase)}".rstrip(), phase.text, f"{_clock(elapsed)} elapsed"]
-        if phase.total and 0 < phase.done < phase.total:
-            parts.append(f"about {_clock(elapsed / phase.done * (phase.total - phase.done))} left")
+        left = phase.seconds_left(now)
+        if left is not None:
+            parts.append(f"about {_clock(left)} left")
         self.console.print(" | ".join(part for part in parts if part), highlight=False, soft_wrap=True)
         phase.printed_at, phase.printed_done, phase.printed = now, phase.done, True
 

@@ -137,7 +137,7 @@ class RunMonitor(TrainerCallback, ExportableState):
             return
         self._last_log = dict(logs)
         self._write({"type": "step", "step": state.global_step, "train_seconds": self.train_seconds, **logs})
-        if self._showing and state.global_step == self._first_step + 1:
+        if self._showing and state.global_step in (self._first_step + 1, self._first_step + 2):
             self._report_pace(state, self._step_seconds)
         self._update_progress(state)
 
@@ -191,9 +191,15 @@ class RunMonitor(TrainerCallback, ExportableState):
             file.write(json.dumps(record, default=float) + "\n")
 
     def _report_pace(self, state, step_seconds: float) -> None:
-        """After the first step, what the rest will take at this pace (evaluation excluded)."""
+        """After the first step of this process, its time: it includes the start-up (a GPU's kernels, a vLLM engine's
+        first batch, oneDNN's first primitives), so no estimate comes from it. After the second, what the rest will
+        take at that step's pace (evaluation excluded)."""
         phases = [(phase, self._last_log.get(f"pods/time_{phase}")) for phase in ("generate", "update")]
         split = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases if seconds is not None)
+        if state.global_step == self._first_step + 1:
+            note = "; ".join(part for part in (split, "the first step includes start-up") if part)
+            self.display.print(f"step {state.global_step} took {step_seconds:.1f} s ({note})", highlight=False)
+            return
         remaining = (state.max_steps - state.global_step) * step_seconds
         if self.time_budget is not None:
             remaining = min(remaining, max(self.time_budget - self.train_seconds, 0.0))

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from pods_rl.config_rules import check_allocation_wired
-from pods_rl.defaults import SMOLLM2_CPU_NOTE, preset_for, preset_generation
+from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.machine import describe_machine
+from pods_rl.precision import full_precision
 from pods_rl.run.display import Display
 from pods_rl.run.folders import (
     CONFIG_FILE,
@@ -35,7 +36,8 @@ from pods_rl.run.folders import (
     replace_output_dir,
 )
 from pods_rl.run.logs import RunLogs
-from pods_rl.run.settings import RunSettings, SettingsError
+from pods_rl.run.settings import RunSettings, SettingsError, accelerator_available
+from pods_rl.run.step_costs import PRECISION_FILE, RunPrecision, read_recorded
 
 if TYPE_CHECKING:
     from pods_rl.run.monitor import RunMonitor
@@ -91,12 +93,17 @@ def load_run_task(settings: RunSettings):
 def load_run_model(name: str, display: Display, *, vllm: bool = False):
     """The run's model and tokenizer; a built-in model's first build reports to `display`.
 
-    `vllm`: the run generates with vLLM (a built-in model is then built in the shape its CPU attention accepts)."""
+    `vllm`: the run generates with vLLM (a built-in model is then built in the shape its CPU attention accepts).
+    On a CPU the weights are fp32 whatever the checkpoint's dtype (a hub model's may be bf16): bf16, where chosen, is
+    autocast over them (`pods_rl.precision`), as TRL loads a model it is given by name."""
+    import torch
+
     from pods_rl.models import load_model
 
     label = {"tiny": "warm start of tiny (once)", "smollm2-135m": "converting smollm2-135m (once)"}.get(name, name)
+    dtype = {} if accelerator_available() else {"dtype": torch.float32}
     try:
-        return load_model(name, progress=display.callback(label), vllm=vllm)
+        return load_model(name, progress=display.callback(label), vllm=vllm, **dtype)
     except OSError as error:
         raise SettingsError(
             f"Model {name!r} could not be loaded: {_first_line(error)} (offline? use a local folder or a "
@@ -131,8 +138,10 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
         f"generation: {_generation(settings, args.use_vllm, args.vllm_mode)}; evaluation: "
         f"{'on the same vLLM engine' if evaluates_on_engine(args) else 'HF generate'}",
     ]
-    if preset_for(settings.model, settings.task) == "smollm2-135m":  # the machine chose it: say so
-        lines.insert(1, f"defaults: {SMOLLM2_CPU_NOTE.format(task=settings.task)}")
+    preset = preset_for(settings.model, settings.task)
+    if preset in ("smollm2-135m", "cpu"):  # the machine chose them: say so
+        note = SMOLLM2_CPU_NOTE if preset == "smollm2-135m" else CPU_SIZED_NOTE
+        lines.insert(1, f"defaults: {note.format(model=settings.model, task=settings.task)}")
     return lines
 
 
@@ -191,7 +200,9 @@ def _train(
         if settings.eval.num_examples is None
         else task.test.select(range(min(settings.eval.num_examples, len(task.test))))
     )
-    for line in plan_lines(settings, args, len(eval_set), output_dir):
+    recorded = read_recorded(output_dir) if resume else None
+    startup = RunPrecision(settings, args, resume=resume, recorded=recorded)
+    for line in [*plan_lines(settings, args, len(eval_set), output_dir), *startup.plan_lines()]:
         display.print(line, highlight=False)
     if dry_run:
         return {}
@@ -207,6 +218,15 @@ def _train(
 
     model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
     logs.route_libraries()
+    precision = startup.settle(
+        model,
+        tokenizer,
+        task.train,
+        lambda line: display.print(line, highlight=False),
+        progress=display.callback("measuring", quiet_if_short=True),
+    )
+    if precision.bf16 != args.bf16:
+        args = settings.trainer_config(output_dir, **_run_trainer_fields(settings), bf16=precision.bf16)
     # Every check passed: only now is the output folder touched, by the main process alone while the others wait
     # (two processes replacing the folder or renaming the same temporary file into place would race).
     checkpoint = last_checkpoint(output_dir) if resume else None
@@ -219,6 +239,7 @@ def _train(
         elif args.process_index == 0:
             replace_output_dir(output_dir, replace=replace)
             _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
+            _write_atomic(output_dir / PRECISION_FILE, json.dumps(startup.summary(), indent=2))
     rank = int(os.environ.get("RANK", "0"))
     logs.write_to(output_dir / (LOG_FILE if rank == 0 else f"train-rank{rank}.log"))
     if args.reward_weights is None:
@@ -226,19 +247,20 @@ def _train(
     max_new_tokens = settings.eval.max_new_tokens or args.max_completion_length
 
     def run_eval(eval_model) -> dict[str, float]:
-        return evaluate(
-            eval_model,
-            tokenizer,
-            eval_set,
-            max_new_tokens=max_new_tokens,
-            batch_size=settings.eval.batch_size,
-            num_samples=settings.eval.sampled_k,
-            temperature=args.temperature,
-            seed=settings.seed,
-            sharded=True,  # every process evaluates its share; the monitor calls this on all of them
-            progress=display.callback("evaluation", quiet_if_short=True),
-            engine=evaluation_engine(trainer),  # a run that generates with vLLM evaluates on its engine
-        )
+        with full_precision(eval_model):  # fp32 whatever the training's precision: accuracies compare across them
+            return evaluate(
+                eval_model,
+                tokenizer,
+                eval_set,
+                max_new_tokens=max_new_tokens,
+                batch_size=settings.eval.batch_size,
+                num_samples=settings.eval.sampled_k,
+                temperature=args.temperature,
+                seed=settings.seed,
+                sharded=True,  # every process evaluates its share; the monitor calls this on all of them
+                progress=display.callback("evaluation", quiet_if_short=True),
+                engine=evaluation_engine(trainer),  # a run that generates with vLLM evaluates on its engine
+            )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
     # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder. A vLLM
@@ -285,7 +307,7 @@ def _train(
     trainer.save_model(str(output_dir / "final"))  # every process: sharded (ZeRO-3, FSDP) models gather here
     summary: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
-        summary = _summary(settings, monitor, trainer.state.global_step)
+        summary = _summary(settings, monitor, trainer.state.global_step, startup.summary())
         _write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
         write_report(output_dir, settings, summary, monitor.evaluations)
     trainer.accelerator.wait_for_everyone()
@@ -374,7 +396,7 @@ def _write_atomic(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
-def _summary(settings: RunSettings, monitor: RunMonitor, steps: int) -> dict[str, Any]:
+def _summary(settings: RunSettings, monitor: RunMonitor, steps: int, precision: dict[str, Any]) -> dict[str, Any]:
     evaluations = monitor.evaluations
     accuracies = [e["accuracy"] for e in evaluations]
     peak = max(range(len(accuracies)), key=accuracies.__getitem__)
@@ -390,6 +412,7 @@ def _summary(settings: RunSettings, monitor: RunMonitor, steps: int) -> dict[str
         "steps": steps,
         "num_eval_examples": evaluations[-1].get("num_examples"),
         "machine": describe_machine(),  # seconds from different CPUs do not compare
+        "precision": precision,  # fp32 or bf16, why, and the step seconds measured at start-up
     }
     if "accuracy_sampled" in evaluations[-1]:
         summary["base_accuracy_sampled"] = evaluations[0]["accuracy_sampled"]

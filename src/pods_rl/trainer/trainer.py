@@ -22,6 +22,7 @@ and a reward model's scores are checked once TRL has them (`_check_reward_models
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import shutil
@@ -302,11 +303,21 @@ class PODSTrainer(GRPOTrainer):
 
     def _generate(self, prompts: list):
         start = time.perf_counter()
-        generated = super()._generate(prompts)
+        with self._generation_autocast():
+            generated = super()._generate(prompts)
         self.phase_seconds["generate"] += time.perf_counter() - start
         if self._pool_inputs is None:  # evaluation, or a TRL path that does not train
             return generated
         return self._down_sample(prompts, generated)
+
+    def _generation_autocast(self):
+        """With bf16 on a CPU, one autocast over HF `generate`'s whole call. accelerate already runs each forward
+        under autocast, but the casts of the weights are cached only while an autocast is open, so each token would
+        cast every weight again; under one outer autocast each is cast once per call (the same arithmetic). It also
+        covers a PEFT model's generate, which reaches the base model's forward past accelerate's wrapper."""
+        if self.args.bf16 and self.accelerator.device.type == "cpu" and not self.use_vllm:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self._trained_rewards is not None:  # the trained rows were scored with their pool
@@ -451,7 +462,8 @@ class PODSTrainer(GRPOTrainer):
                 raise ValueError("dynamic_sampling supports text prompts only; the training data has images.")
             batch_prompts = [row["prompt"] for row in batch]
             start = time.perf_counter()
-            batch_generated = super()._generate(batch_prompts)
+            with self._generation_autocast():
+                batch_generated = super()._generate(batch_prompts)
             self.phase_seconds["generate"] += time.perf_counter() - start
             batch_rewards = self._score_pool(batch_prompts, batch, batch_generated)
             rounds.append(_pool_columns(batch_prompts, batch, batch_generated))

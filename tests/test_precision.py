@@ -1,0 +1,221 @@
+"""The precision rule, the start-up measurement's arithmetic and cache, and fp32 evaluation of a bf16 model."""
+
+import math
+
+import pytest
+import torch
+from support import char_tokenizer, tiny_llama
+
+import pods_rl.run.step_costs as step_costs
+from pods_rl.precision import MARGIN, Precision, bf16_instructions, choose_precision, full_precision
+from pods_rl.run.step_costs import (
+    StepShape,
+    cached_costs,
+    cost_key,
+    expected_lines,
+    measure_step,
+    save_costs,
+    step_shape,
+)
+
+AVX2 = frozenset({"avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw"}
+ZEN4 = AVX512 | {"avx512_bf16"}
+SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile"}
+NO_BF16 = "CPU without bf16 instructions (AMX-BF16, AVX512-BF16); --set trainer.bf16=true forces bf16"
+SINGLE = "measured only in a single-process run; --set trainer.bf16=true forces bf16"
+
+
+def test_bf16_instructions_name_the_best_a_cpu_has():
+    assert [bf16_instructions(flags) for flags in (AVX2, AVX512, ZEN4, SAPPHIRE_RAPIDS)] == [
+        None,
+        None,
+        "AVX512-BF16",
+        "AMX-BF16",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        # Forced either way, on any machine, measured or not.
+        (dict(forced=True, flags=AVX2), Precision(True, "trainer.bf16=true")),
+        (dict(forced=False, flags=SAPPHIRE_RAPIDS), Precision(False, "trainer.bf16=false")),
+        # A GPU: its default, as TRL's.
+        (dict(accelerator_bf16=True, flags=AVX2), Precision(True, "the accelerator's default", on_cpu=False)),
+        (dict(accelerator_bf16=False, flags=AVX2), Precision(False, "the accelerator has no bf16", on_cpu=False)),
+        # A CPU without bf16 instructions: fp32 without measuring.
+        (dict(flags=AVX512), Precision(False, f"AVX-512 {NO_BF16}")),
+        (dict(flags=AVX2), Precision(False, f"AVX2 {NO_BF16}")),
+        # With them: a measurement decides (None until it has); several processes do not measure.
+        (dict(flags=ZEN4), None),
+        (dict(flags=ZEN4, step_seconds={"fp32": 2.0}), None),
+        (dict(flags=ZEN4, processes=2), Precision(False, f"AVX512-BF16 CPU, 2 processes: {SINGLE}")),
+    ],
+)
+def test_choose_precision(kwargs, expected):
+    arguments = dict(forced=None, accelerator_bf16=None, step_seconds=None, processes=1) | kwargs
+    assert choose_precision(**arguments) == expected
+
+
+def test_a_measurement_takes_bf16_only_from_the_margin_on():
+    def choose(fp32: float, bf16: float) -> Precision:
+        return choose_precision(
+            forced=None, accelerator_bf16=None, flags=SAPPHIRE_RAPIDS, step_seconds={"fp32": fp32, "bf16": bf16}
+        )
+
+    faster = choose(2.3, 1.0)
+    assert faster == Precision(
+        True,
+        "AMX-BF16 CPU: a step measured 2.30 s in fp32, 1.00 s in bf16 for this model and shape, 2.30x; "
+        "--set trainer.bf16=false forces fp32",
+        {"fp32": 2.3, "bf16": 1.0},
+    )
+    assert faster.describe().startswith("bf16 autocast over fp32 weights (AMX-BF16 CPU: ")
+    assert choose(MARGIN, 1.0).bf16 and not choose(MARGIN - 0.01, 1.0).bf16
+    slower = choose(1.0, 1.6)
+    assert slower.reason == (
+        "AMX-BF16 CPU, but a step measured 1.00 s in fp32, 1.60 s in bf16 for this model and shape, 0.62x "
+        "(< 1.10x); --set trainer.bf16=true forces bf16"
+    )
+    assert slower.describe() == f"fp32 ({slower.reason})"
+
+
+class FakeModel:
+    """A model whose calls advance a fake clock: generating `k` tokens costs 0.5 + 0.1 k s in fp32 and half that under
+    bf16 autocast, a forward and backward 2 s in fp32 and 1 s in bf16; the first call of each kind in each precision
+    (the warm-up) costs 5 s more."""
+
+    def __init__(self, clock):
+        self.clock, self.training, self.calls = clock, True, []
+        self.warm: set[tuple[str, str]] = set()
+
+    def _spend(self, kind: str, seconds: float) -> None:
+        bf16 = torch.is_autocast_enabled("cpu")
+        key = (kind, "bf16" if bf16 else "fp32")
+        self.clock[0] += (seconds / 2 if bf16 else seconds) + (0 if key in self.warm else 5.0)
+        self.warm.add(key)
+        self.calls.append(key)
+
+    def get_input_embeddings(self):
+        return torch.nn.Embedding(50, 4)
+
+    def generate(self, *, input_ids, max_new_tokens, min_new_tokens, **kwargs):
+        assert max_new_tokens == min_new_tokens and input_ids.shape == (4, 10)
+        self._spend("generate", 0.5 + 0.1 * max_new_tokens)
+
+    def __call__(self, *, input_ids, labels):
+        assert input_ids.shape == (3, 10 + 30)  # 512 tokens need 13 rows of 40; the micro-batch has 3
+        self._spend("update", 2.0)
+        return type("Output", (), {"loss": torch.zeros((), requires_grad=True)})()
+
+    def train(self, mode: bool = True):
+        self.training = mode
+
+    def eval(self):
+        self.training = False
+
+    def zero_grad(self, set_to_none: bool = True):
+        pass
+
+
+def test_measure_step_scales_to_the_step_and_keeps_the_fastest_after_the_warm_up(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(step_costs.time, "perf_counter", lambda: clock[0])
+    model = FakeModel(clock)
+    # 4 rollouts (one batch) of up to 30 tokens, twice per step; 3 rows a pass, 2 passes.
+    shape = StepShape(rollouts=4, completion_tokens=30, rows=3, passes=2)
+    state = torch.get_rng_state()
+    costs = measure_step(model, list(range(10)), shape, ("fp32", "bf16"))
+    # generate: the first token (prefill) 0.6 s, each further one 0.1 s: 0.6 + 29 x 0.1 = 3.5 s in fp32.
+    # update: 2 s a pass of 3 rows, 2 passes: 4 s in fp32. bf16: half of each.
+    assert costs == {
+        "fp32": {"generate": pytest.approx(3.5), "update": pytest.approx(4.0)},
+        "bf16": {"generate": pytest.approx(1.75), "update": pytest.approx(2.0)},
+    }
+    assert [precision for kind, precision in model.calls if kind == "update"] == [
+        "fp32", "bf16", "bf16", "fp32", "fp32", "bf16",
+    ]  # fmt: skip  # alternating, each round in the other order
+    assert model.training and torch.equal(torch.get_rng_state(), state)
+
+
+def test_measure_step_of_a_real_model_changes_nothing_in_it():
+    tokenizer = char_tokenizer()
+    model = tiny_llama(tokenizer)
+    before = {name: value.detach().clone() for name, value in model.named_parameters()}
+    model.eval()
+    state = torch.get_rng_state()
+    shape = StepShape(rollouts=6, completion_tokens=4, rows=2, passes=1)
+    costs = measure_step(model, [5, 6, 7], shape, ("fp32", "bf16"), pad_token_id=tokenizer.pad_token_id)
+    assert set(costs) == {"fp32", "bf16"} and all(
+        set(phases) == {"generate", "update"} and all(math.isfinite(s) and s >= 0 for s in phases.values())
+        for phases in costs.values()
+    )
+    assert all(torch.equal(value, before[name]) for name, value in model.named_parameters())
+    assert all(value.grad is None for value in model.parameters())
+    assert not model.training and torch.equal(torch.get_rng_state(), state)
+    generated_nothing = measure_step(model, [5, 6], StepShape(0, 4, 2, 1), ("fp32",))  # vLLM generates
+    assert generated_nothing["fp32"]["generate"] == 0.0
+
+
+def test_step_shape_follows_the_batch_fields():
+    from pods_rl import PODSConfig
+    from pods_rl.versions import CHECKPOINTING_FIELD
+
+    args = PODSConfig(output_dir="unused", use_cpu=True, bf16=False, num_generations=8, num_selected=2,
+                      per_device_train_batch_size=4, gradient_accumulation_steps=2, max_completion_length=48,
+                      **{CHECKPOINTING_FIELD: False})  # fmt: skip
+    # 8 trained rows a generation = 4 prompts, 32 rollouts; one generation per step of 2 passes of 4 rows.
+    assert step_shape(args) == StepShape(rollouts=32, completion_tokens=48, rows=4, passes=2)
+
+
+def test_costs_are_cached_per_key(step_costs_file):
+    shape = StepShape(16, 64, 4, 1)
+    key = cost_key("smollm2-135m", "arithmetic", shape)
+    assert cached_costs(key) is None
+    costs = {"fp32": {"generate": 12.0, "update": 8.0}}
+    save_costs(key, costs)
+    assert cached_costs(key) == costs and step_costs_file.is_file()
+    assert cached_costs(cost_key("smollm2-135m", "arithmetic-3term", shape)) is None
+    assert cached_costs(cost_key("smollm2-135m", "arithmetic", StepShape(16, 64, 4, 2))) is None
+    step_costs_file.write_text("not json")
+    assert cached_costs(key) is None  # an unreadable cache is no cache
+
+
+@pytest.mark.parametrize(
+    ("steps", "budget", "line_end", "warning"),
+    [
+        (50, None, "about 17 min for 50 steps; evaluation not counted", None),
+        (50, 600.0, "the 600-s time budget ends training after about 30 of 50 steps; evaluation not counted", None),
+        (1000, None, "about 5.6 hours for 1000 steps; evaluation not counted",
+         "at the measured pace this run trains for about 5.6 hours: fewer steps (--max-steps), a --time-budget or a "
+         "shorter trainer.max_completion_length make it shorter"),
+    ],
+)  # fmt: skip
+def test_expected_time_of_a_step_and_the_run(steps, budget, line_end, warning):
+    shape = StepShape(rollouts=16, completion_tokens=64, rows=4, passes=1)
+    line, warned = expected_lines({"generate": 12.0, "update": 8.0}, shape, "bf16", steps, budget)
+    assert line == (
+        "expected: about 20.0 s a step at most (generating 16 rollouts of up to 64 tokens 12.0 s, updating on 4 rows "
+        f"8.0 s, in bf16; completions at full length), {line_end}"
+    )
+    assert warned == warning
+
+
+def test_full_precision_runs_a_bf16_wrapped_forward_without_autocast():
+    """accelerate's bf16 wrapper (`model.forward` under autocast, the original kept as `_original_forward`)."""
+    tokenizer = char_tokenizer()
+    model = tiny_llama(tokenizer)
+    seen = []
+    model.model.layers[0].mlp.register_forward_pre_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+    model._original_forward = model.forward
+    model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model._original_forward)
+    ids = torch.tensor([[5, 6, 7]])
+    model(input_ids=ids)
+    with full_precision(model):
+        model(input_ids=ids)
+    model(input_ids=ids)
+    assert seen == [True, False, True]
+    plain = tiny_llama(tokenizer)  # no wrapper: nothing to undo
+    with full_precision(plain):
+        assert "forward" not in vars(plain)

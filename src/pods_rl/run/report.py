@@ -32,6 +32,16 @@ def plot_accuracy(evaluations: list[dict], path: Path, *, title: str) -> None:
     plt.close(figure)
 
 
+def summary_line(summary: dict[str, Any], report: Path) -> str:
+    """The console's last line of a finished run, e.g. "38.0% -> 98.0% (+60.0 points) in 81 s of training; report:
+    runs/x/report.md" (summary.json keeps every field)."""
+    base, final = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"]
+    return (
+        f"{base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {summary['train_seconds']:.0f} s of training; "
+        f"report: {report}"
+    )
+
+
 def write_report(output_dir: Path, settings: RunSettings, summary: dict[str, Any], evaluations: list[dict]) -> None:
     title = f"{settings.model} on {settings.task}"
     plot_accuracy(evaluations, output_dir / "accuracy.png", title=title)

@@ -58,10 +58,11 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
     assert "final accuracy" in report and f"| machine | {machine_label(describe_machine())} |" in report
     assert list((out / "tensorboard").iterdir())
     # The console ends with one line (summary.json keeps every field), not a JSON dump.
-    base, final = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"]
+    base, final, seconds = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"], summary["train_seconds"]
+    shown = f"{seconds:.1f}" if seconds < 10 else f"{seconds:.0f}"  # tests/run/test_report.py has both cases
     assert result.output.splitlines()[-1] == (
-        f"done: {base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {summary['train_seconds']:.0f} s of "
-        f"training; report: {out / 'report.md'}"
+        f"done: {base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {shown} s of training; "
+        f"report: {out / 'report.md'}"
     )
     assert '"base_accuracy"' not in result.output
 

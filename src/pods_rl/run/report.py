@@ -35,10 +35,10 @@ def plot_accuracy(evaluations: list[dict], path: Path, *, title: str) -> None:
 def summary_line(summary: dict[str, Any], report: Path) -> str:
     """The console's last line of a finished run, e.g. "38.0% -> 98.0% (+60.0 points) in 81 s of training; report:
     runs/x/report.md" (summary.json keeps every field)."""
-    base, final = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"]
+    base, final, seconds = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"], summary["train_seconds"]
     return (
-        f"{base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {summary['train_seconds']:.0f} s of training; "
-        f"report: {report}"
+        f"{base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {seconds:.{0 if seconds >= 10 else 1}f} s of "
+        f"training; report: {report}"
     )
 
 

@@ -1,9 +1,10 @@
 """PODS on your own data and reward function, with plain `PODSTrainer` and `PODSConfig` (TRL's GRPO API).
 
-Three things are yours: the dataset (prompts, plus any column your reward reads), the reward (a plain function),
-and the model. Here they are small enough for a laptop CPU and under a minute: sums of three one-digit numbers,
-a reward of 1 for the right answer, and pods-rl's built-in tiny model (a 2-layer Llama built in code and
-warm-started on such sums the first time it is used, about 30 s, then cached). Nothing is downloaded.
+Three things are yours: the dataset (prompts, plus any column your reward reads), the rewards (plain functions),
+and the model. Here they are sized for a laptop CPU and under a minute of training: sums of three one-digit
+numbers, a reward of 1 for the right answer (and 0.1 for answering in the asked format), and pods-rl's built-in
+tiny model (a 2-layer Llama built in code and warm-started on such sums the first time it is used, then cached).
+Nothing is downloaded.
 
     python examples/custom_task.py                 # train, then print held-out accuracy before and after
     python examples/custom_task.py --max-steps 5   # a quick check
@@ -84,9 +85,10 @@ args = PODSConfig(
     num_generations=n,  # n: the pool generated per prompt (TRL's meaning)
     num_selected=m,  # m: the rollouts per prompt the update sees (max reward variance, the paper's rule)
     # The batch-size rule: `per_device_train_batch_size` counts *trained* rows (m per prompt), not prompts or
-    # generated rollouts. So a step here is 32 / m = 8 prompts, 8 x n = 64 rollouts generated, 32 rows trained.
-    # Moving a GRPOConfig over unchanged (its batch counted n rows per prompt) would make PODS generate n/m times
-    # more prompts per step: divide the batch size by n/m to keep the same prompts (and the same generation).
+    # generated rollouts. So a step here is 32 / m = 8 prompts, 8 x n = 64 rollouts generated, 32 rows trained
+    # (per process: under `accelerate launch` with k processes, k times that). Moving a GRPOConfig over unchanged
+    # (its batch counted n rows per prompt) would make PODS generate n/m times more prompts per step: divide the
+    # batch size by n/m to keep the same prompts (and the same generation).
     per_device_train_batch_size=prompts_per_step * m,
     max_steps=options.max_steps,
     learning_rate=1e-4,
@@ -123,7 +125,8 @@ before = accuracy(test_set)
 trainer.train()
 after = accuracy(test_set)
 trainer.save_model(f"{options.output_dir}/final")
-logged = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
-print(f"train reward (mean over the pool): {logged[0]:.2f} at the first log -> {logged[-1]:.2f} at the last")
-print(f"held-out accuracy: {100 * before:.1f}% -> {100 * after:.1f}% in {trainer.state.global_step} steps")
-print(f"model saved in {options.output_dir}/final")
+if trainer.accelerator.is_main_process:  # one report under `accelerate launch`
+    logged = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+    print(f"train reward (mean over the pool): {logged[0]:.2f} at the first log -> {logged[-1]:.2f} at the last")
+    print(f"held-out accuracy: {100 * before:.1f}% -> {100 * after:.1f}% in {trainer.state.global_step} steps")
+    print(f"model saved in {options.output_dir}/final")

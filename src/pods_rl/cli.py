@@ -161,12 +161,11 @@ def train(
         _fail(error)
     if dry_run:
         return
-    console.print(f"[bold green]done:[/] {output_dir}")
-    if "machine" in summary:  # one line each on the console; summary.json keeps each field
-        from pods_rl.machine import machine_label
+    if summary:  # the main process's: one line; summary.json keeps every field
+        from pods_rl.run.report import summary_line
 
-        summary = {**summary, "machine": machine_label(summary["machine"]), "precision": summary["precision"]["dtype"]}
-    typer.echo(json.dumps(summary, indent=2))
+        line = summary_line(summary, output_dir / "report.md")
+        console.print(f"[bold green]done:[/] {line}", highlight=False, soft_wrap=True)
 
 
 @app.command("eval")

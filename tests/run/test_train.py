@@ -60,6 +60,14 @@ def test_train_writes_every_output(tiny_model_dir, tmp_path):
     report = (out / "report.md").read_text()
     assert "final accuracy" in report and f"| machine | {machine_label(describe_machine())} |" in report
     assert list((out / "tensorboard").iterdir())
+    # The console ends with one line (summary.json keeps every field), not a JSON dump.
+    base, final, seconds = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"], summary["train_seconds"]
+    shown = f"{seconds:.1f}" if seconds < 10 else f"{seconds:.0f}"  # tests/run/test_report.py has both cases
+    assert result.output.splitlines()[-1] == (
+        f"done: {base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {shown} s of training "
+        f"({summary['precision']['dtype']}); report: {out / 'report.md'}"
+    )
+    assert '"base_accuracy"' not in result.output
 
 
 def test_resume_applies_new_stopping_and_eval_settings(tiny_model_dir, tmp_path):
@@ -149,7 +157,7 @@ def test_vllm_run_console_stays_quiet(tmp_path):
     assert done.returncode == 0, console
     for unwanted in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "Warning", "it/s]", "%|"):
         assert unwanted not in console, unwanted
-    assert "generation: vLLM (colocate)" in console and f"done: {out}" in console
+    assert "generation: vLLM (colocate)" in console and f"report: {out / 'report.md'}" in console
     assert "INFO vllm." in (out / "train.log").read_text()
 
 

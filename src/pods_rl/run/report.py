@@ -32,6 +32,17 @@ def plot_accuracy(evaluations: list[dict], path: Path, *, title: str) -> None:
     plt.close(figure)
 
 
+def summary_line(summary: dict[str, Any], report: Path) -> str:
+    """The console's last line of a finished run, e.g. "38.0% -> 98.0% (+60.0 points) in 81 s of training; report:
+    runs/x/report.md", with the precision when the summary names it (summary.json keeps every field)."""
+    base, final, seconds = 100 * summary["base_accuracy"], 100 * summary["final_accuracy"], summary["train_seconds"]
+    precision = f" ({summary['precision']['dtype']})" if "precision" in summary else ""
+    return (
+        f"{base:.1f}% -> {final:.1f}% ({final - base:+.1f} points) in {seconds:.{0 if seconds >= 10 else 1}f} s of "
+        f"training{precision}; report: {report}"
+    )
+
+
 def write_report(output_dir: Path, settings: RunSettings, summary: dict[str, Any], evaluations: list[dict]) -> None:
     title = f"{settings.model} on {settings.task}"
     plot_accuracy(evaluations, output_dir / "accuracy.png", title=title)

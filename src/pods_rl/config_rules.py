@@ -32,6 +32,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "generation_batch_size": None,
     "use_vllm": False,
     "num_iterations": 1,
+    "max_steps": -1,
 }
 
 
@@ -111,8 +112,16 @@ def check_batch(
             )
 
 
-def check_refill_steps(steps_per_generation: int, num_iterations: int, accumulation: int, *, section: str = "") -> None:
-    """Dynamic sampling refills at the start of an optimizer step, so a generation must span whole optimizer steps."""
+def check_refill_steps(
+    steps_per_generation: int, num_iterations: int, accumulation: int, max_steps: int, *, section: str = ""
+) -> None:
+    """Dynamic sampling refills at the start of an optimizer step, so a generation must span whole optimizer steps;
+    and its refills use up an epoch's prompts in fewer steps than the epoch holds, so the run is sized in steps."""
+    if max_steps <= 0:
+        raise ValueError(
+            f"{section}dynamic_sampling needs max_steps > 0: its refills use up an epoch in fewer optimizer steps than "
+            "the epoch holds, so a run (and its learning-rate schedule) sized by num_train_epochs would end early."
+        )
     if steps_per_generation * num_iterations % accumulation:
         raise ValueError(
             f"{section}dynamic_sampling draws further generation batches at the start of an optimizer step: "
@@ -139,7 +148,13 @@ def check_batch_fields(fields: Mapping[str, Any], num_processes: int, *, section
     )
     if values["dynamic_sampling"]:
         steps = rows // values["per_device_train_batch_size"]  # steps_per_generation, as GRPOConfig derives it
-        check_refill_steps(steps, values["num_iterations"], values["gradient_accumulation_steps"], section=section)
+        check_refill_steps(
+            steps,
+            values["num_iterations"],
+            values["gradient_accumulation_steps"],
+            values["max_steps"],
+            section=section,
+        )
 
 
 def rows_per_process(fields: Mapping[str, Any], num_processes: int) -> int | None:

@@ -349,3 +349,90 @@ WALL_TIMES = {"train_seconds", "step_time", "eval_seconds"}  # and every `pods/t
 def without_wall_times(record: dict) -> dict:
     """A metrics.jsonl record without its wall-clock fields, for comparing two runs that should be equal."""
     return {k: v for k, v in record.items() if k not in WALL_TIMES and not k.startswith("pods/time_")}
+
+
+def flag_vowel_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """For `flagged_dataset` prompts with generated completions: a `v` prompt's rollouts get their vowel fraction (they
+    vary, almost surely), a `c` prompt's all 1 (dynamic sampling drops the group)."""
+    vowels = vowel_reward(completions)
+    return [v if prompt[0] == "v" else 1.0 for prompt, v in zip(prompts, vowels, strict=True)]
+
+
+def failing_once(step: int, call: int, process: int = 0):
+    """`flag_vowel_reward`, except that it raises once: in its `call`-th call of step `step + 1` on `process`."""
+    calls = []
+
+    def flaky_reward(prompts: list[str], completions: list[str], trainer_state, **kwargs) -> list[float]:
+        from accelerate import PartialState
+
+        if trainer_state.global_step == step and PartialState().process_index == process:
+            calls.append(1)
+            if len(calls) == call:
+                raise ZeroDivisionError("a transient failure")
+        return flag_vowel_reward(prompts, completions)
+
+    return flaky_reward
+
+
+# On 2 processes (tests/trainer/resume_two_process_run.py): flags, settings, the checkpoint the first resume starts
+# from, the resumed run's checkpoint the second starts from, and (step, call) of the reward failure on process 1.
+TWO_PROCESS_RESUMES = {
+    "plain": ("11011101", dict(max_steps=6), 3, 5, (4, 1)),
+    "two-iterations-dynamic-sampling": (
+        "11111101",
+        dict(max_steps=8, num_iterations=2, dynamic_sampling=True),
+        5,
+        7,
+        (4, 2),
+    ),
+}
+
+
+def run_resumable(
+    out: Path,
+    flags: str,
+    resume_from: Path | None = None,
+    reward=flag_vowel_reward,
+    iterable: bool = False,
+    **overrides,
+) -> dict:
+    """Train on `flagged_dataset(flags)` (as an IterableDataset if `iterable`), shuffled every epoch, with generated
+    rollouts and `reward`, saving a
+    checkpoint every step (from checkpoint `resume_from` if given). Returns this process's trained prompts per
+    generation, the logged losses, epochs and generation rounds, and the final parameters; or, when a reward
+    function fails, the error, after `save_checkpoint_of_failed_step`."""
+    from pods_rl import PODSConfig, PODSTrainer
+    from pods_rl.trainer.trainer import RewardError
+
+    settings = dict(num_generations=4, num_selected=2, save_strategy="steps", save_steps=1, max_steps=9, seed=3)
+    settings.update(loss_type="dapo", disable_tqdm=True, **overrides)
+    tokenizer = char_tokenizer()
+    trainer = PODSTrainer(
+        model=tiny_llama(tokenizer),
+        reward_funcs=reward,
+        args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
+        train_dataset=flagged_dataset(flags).to_iterable_dataset() if iterable else flagged_dataset(flags),
+        processing_class=tokenizer,
+    )
+    prompts = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        prompts.append([row["prompt"] for row in inputs])
+        return output
+
+    trainer._generate_and_score_completions = spy
+    try:
+        trainer.train(resume_from_checkpoint=None if resume_from is None else str(resume_from))
+    except RewardError as error:
+        trainer.save_checkpoint_of_failed_step()
+        return {"failure": str(error), "step": trainer.state.global_step}
+    history = [entry for entry in trainer.state.log_history if "loss" in entry]
+    return {
+        "prompts": prompts,
+        "losses": [entry["loss"] for entry in history],
+        "epochs": [entry["epoch"] for entry in history],
+        "rounds": [entry.get("pods/generation_rounds", 1.0) for entry in history],
+        "params": {k: _full_tensor(v).tolist() for k, v in trainer.model.state_dict().items()},
+    }

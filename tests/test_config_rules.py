@@ -93,6 +93,8 @@ def test_settings_refuse_exactly_what_podsconfig_refuses(tmp_path, fields):
         ({"per_device_train_batch_size": 2}, 2),  # each pool of 4 would span both processes
         ({"max_generation_rounds": 0}, 1),
         ({"max_generation_rounds": 1}, 1),
+        ({"max_steps": -1}, 1),  # sized in epochs, which refills shorten
+        ({"max_steps": 0, "num_train_epochs": 2}, 1),
     ],
 )
 def test_settings_refuse_exactly_the_dynamic_sampling_podsconfig_refuses(tmp_path, monkeypatch, fields, processes):
@@ -103,6 +105,7 @@ def test_settings_refuse_exactly_the_dynamic_sampling_podsconfig_refuses(tmp_pat
         "num_selected": 4,
         "per_device_train_batch_size": 8,
         "dynamic_sampling": True,
+        "max_steps": 10,
         **fields,
     }
     monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: processes))

@@ -57,6 +57,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "generation_batch_size": None,
     "use_vllm": False,
     "num_iterations": 1,
+    "max_steps": -1,
 }
 
 
@@ -245,17 +246,24 @@ def check_refill_steps(
     steps_per_generation: int,
     num_iterations: int,
     accumulation: int,
+    max_steps: int,
     *,
     why: str = "dynamic_sampling",
     section: str = "",
 ) -> None:
     """Dynamic sampling (and rollout allocation) draws further prompts at the start of an optimizer step, so a
-    generation must span whole optimizer steps."""
+    generation must span whole optimizer steps; and those draws use up an epoch's prompts in fewer steps than the
+    epoch holds, so the run is sized in steps."""
     if steps_per_generation * num_iterations % accumulation:
         raise ValueError(
             f"{section}{why} draws further generation batches at the start of an optimizer step: "
             f"steps_per_generation * num_iterations ({steps_per_generation * num_iterations}) must be a multiple of "
             f"gradient_accumulation_steps ({accumulation})."
+        )
+    if max_steps <= 0:
+        raise ValueError(
+            f"{section}{why} needs max_steps > 0: its refills use up an epoch in fewer optimizer steps than "
+            "the epoch holds, so a run (and its learning-rate schedule) sized by num_train_epochs would end early."
         )
 
 
@@ -282,7 +290,12 @@ def check_batch_fields(fields: Mapping[str, Any], num_processes: int, *, section
     if why is not None:
         steps = rows // values["per_device_train_batch_size"]  # steps_per_generation, as GRPOConfig derives it
         check_refill_steps(
-            steps, values["num_iterations"], values["gradient_accumulation_steps"], why=why, section=section
+            steps,
+            values["num_iterations"],
+            values["gradient_accumulation_steps"],
+            values["max_steps"],
+            why=why,
+            section=section,
         )
 
 

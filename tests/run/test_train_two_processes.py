@@ -86,6 +86,19 @@ def test_pods_train_under_fsdp2_then_resume(tiny_model_dir, tmp_path):
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
+def test_pods_train_with_fsdp_in_its_settings_shards(tiny_model_dir, tmp_path):
+    """FSDP asked for in the settings (`trainer.fsdp`), under a plain two-process launch: the model is sharded as
+    under the FSDP launch (one checkpoint file per process), not run as DDP (pods_rl/trainer/cpu_fsdp.py)."""
+    out = tmp_path / "run"
+    command = [*two_process_launch(), "-m", "pods_rl", "train", "--model", str(tiny_model_dir)]
+    command += ["--output-dir", str(out), *SMALL_RUN, "--set", "trainer.fsdp=full_shard"]
+    command += ["--set", "trainer.fsdp_config={state_dict_type: SHARDED_STATE_DICT}"]
+    run_launched(command)
+    checkpoint = out / "checkpoint-2" / "pytorch_model_fsdp_0"
+    assert sorted(p.name for p in checkpoint.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert (out / "final" / "model.safetensors").is_file()
+
+
 # FSDP1 cannot run on CPU processes (docs/reliability.md, "Distributed engines on CPU processes"): the exact cause.
 FSDP1_ON_CPU = (
     "FSDP1 on CPU processes fails in torch's FullyShardedDataParallel with `ValueError: Inconsistent compute device "

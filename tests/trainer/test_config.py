@@ -105,11 +105,14 @@ def test_batch_budget_needs_whole_pools_per_process(tmp_path, monkeypatch):
             dict(gradient_accumulation_steps=2, steps_per_generation=1),
             r"steps_per_generation \* num_iterations \(1\) must be a multiple of gradient_accumulation_steps \(2\)",
         ),
+        (dict(max_steps=-1, num_train_epochs=3), "dynamic_sampling needs max_steps > 0: its refills use up an epoch"),
     ],
 )
 def test_dynamic_sampling_settings_are_checked(tmp_path, monkeypatch, kwargs, message):
     monkeypatch.setattr(PODSConfig, "world_size", property(lambda self: 2))
-    settings = dict(per_device_train_batch_size=4, num_generations=8, num_selected=4, dynamic_sampling=True)
+    settings = dict(
+        per_device_train_batch_size=4, num_generations=8, num_selected=4, dynamic_sampling=True, max_steps=9
+    )
     assert make(tmp_path, **settings).max_generation_rounds == 3
     with pytest.raises(ValueError, match=message):
         make(tmp_path, **{**settings, **kwargs})
@@ -118,7 +121,7 @@ def test_dynamic_sampling_settings_are_checked(tmp_path, monkeypatch, kwargs, me
         make(tmp_path, **{**settings, **kwargs, "dynamic_sampling": False})
 
 
-ALLOCATION = dict(per_device_train_batch_size=8, num_generations=8, num_selected=4)  # 2 prompts, 8 rows per generation
+ALLOCATION = dict(per_device_train_batch_size=8, num_generations=8, num_selected=4, max_steps=5)  # 2 prompts, 8 rows
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""`fsdp_on_cpu_processes`: what accelerate makes of an FSDP launch on CPU processes, with and without it.
+"""`fsdp_on_cpu_processes`: what accelerate makes of FSDP on CPU processes, asked for by the launch (an environment
+variable) or by the trainer's arguments (a plugin), with and without it.
 
 One CPU process joined over gloo as torchrun would start it (LOCAL_RANK set: accelerate's MULTI_CPU), in a
 subprocess so that its process group and accelerate's state stay out of the test session. The FSDP launches
@@ -14,17 +15,24 @@ from support import launch_env
 
 PROBE = """
 import json, os
-from accelerate import Accelerator
+import torch
+from accelerate import Accelerator, FullyShardedDataParallelPlugin
 from accelerate.state import AcceleratorState, PartialState
+from accelerate.utils import DistributedType
 from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 
-def built(shim):
-    AcceleratorState._reset_state()  # PartialState (MULTI_CPU, gloo) stays
+def built(shim, arguments=False):
+    # arguments: the Trainer passes the plugin its `fsdp` arguments make (and tells the shim so)
+    AcceleratorState._reset_state()  # PartialState (gloo) stays; as MULTI_CPU, which a build with FSDP changed
+    PartialState._shared_state["distributed_type"] = DistributedType.MULTI_CPU
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2) if arguments else None
     if shim:
-        with fsdp_on_cpu_processes():
-            accelerator = Accelerator(cpu=True)
+        with fsdp_on_cpu_processes(requested=arguments):
+            accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
     else:
-        accelerator = Accelerator(cpu=True)
+        accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
+    if arguments:
+        os.environ.pop("ACCELERATE_USE_FSDP")  # accelerate sets it for a plugin
     plugin = getattr(accelerator.state, "fsdp_plugin", None)  # as transformers reads it
     return {
         "type": accelerator.distributed_type.name,
@@ -35,6 +43,16 @@ def built(shim):
 
 PartialState(cpu=True)
 results = {"ddp launch, shim": built(True)}
+results["fsdp arguments"] = built(False, arguments=True)
+results["fsdp arguments, shim"] = built(True, arguments=True)
+# On a machine with an accelerator, CPU processes (use_cpu) cannot shard: FSDP2's mesh would go to the accelerator.
+available, current = torch.accelerator.is_available, torch.accelerator.current_accelerator
+torch.accelerator.is_available, torch.accelerator.current_accelerator = lambda: True, lambda: torch.device("cuda")
+try:
+    built(True, arguments=True)
+except ValueError as error:
+    results["fsdp arguments, shim, accelerator present"] = str(error)
+torch.accelerator.is_available, torch.accelerator.current_accelerator = available, current
 os.environ.update(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2")  # what `accelerate launch` sets for an FSDP config
 results["fsdp launch"] = built(False)
 results["fsdp launch, shim"] = built(True)
@@ -42,7 +60,7 @@ print(json.dumps(results))
 """
 
 
-def test_fsdp_launch_on_cpu_processes_shards_only_with_the_shim():
+def test_fsdp_on_cpu_processes_shards_only_with_the_shim():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -59,7 +77,15 @@ def test_fsdp_launch_on_cpu_processes_shards_only_with_the_shim():
         "device": "cpu",
         "fsdp_version": None,
     }
-    assert results["fsdp launch, shim"] == {"type": "FSDP", "partial_type": "FSDP", "device": "cpu", "fsdp_version": 2}
+    fsdp = {"type": "FSDP", "partial_type": "FSDP", "device": "cpu", "fsdp_version": 2}
+    assert results["fsdp launch, shim"] == fsdp
+    # Asked for by the arguments (`pods train --set trainer.fsdp=...`): the same, and the same without the shim.
+    assert results["fsdp arguments"] == results["fsdp launch"]
+    assert results["fsdp arguments, shim"] == fsdp
+    assert results["fsdp arguments, shim, accelerator present"] == (
+        "FSDP on CPU processes (use_cpu) needs a machine without an accelerator: FSDP2 would place its device mesh "
+        "on cuda while the model stays on the CPU. Train on cuda (no use_cpu), or on the CPU without FSDP."
+    )
     # Without FSDP requested nothing changes.
     assert results["ddp launch, shim"] == {
         "type": "MULTI_CPU",

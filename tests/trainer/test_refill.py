@@ -133,13 +133,14 @@ class Copies:
 def test_draws_take_whole_generation_batches_and_keep_the_loop_aligned(copies, per_step):
     """Whatever the copies per generation batch and the batches per optimizer step, a draw (made while the loop
     generates from the first copy of its step) returns the next generation batch's first copy, and the loop's next
-    generation starts at a first copy again; at the epoch's end a draw returns None."""
+    generation starts at a first copy again. At the epoch's end a draw returns None and hands the copies it took
+    back to the loop, whose steps over the last generation still get every batch."""
     stream, epoch = GenerationStream(copies), Copies(copies, batches=7)
+    steps = []
 
     def loop_step() -> list[str]:
-        batches = [batch for batch in (next(epoch, None) for _ in range(per_step)) if batch is not None]
-        stream.taken(epoch, len(batches))
-        return batches
+        steps.append(stream.take(epoch, per_step))
+        return steps[-1]
 
     generated = []
     for refills in (2, 1, 0, 2):
@@ -148,24 +149,50 @@ def test_draws_take_whole_generation_batches_and_keep_the_loop_aligned(copies, p
         for _ in range(copies // per_step - 1):  # the loop's other steps over this generation's copies
             loop_step()
     assert generated == ["0.0", ["1.0", "2.0"], "3.0", ["4.0"], "5.0", [], "6.0", [None, None]]
+    assert [len(batches) for batches in steps] == [per_step] * len(steps)
+    assert steps[-1][-1] == f"6.{copies - 1}"  # the last generation's copies, which the failed draw had taken
     assert stream.position == 7 * copies
     assert loop_step() == []
 
 
 def test_saved_position_is_where_a_resumed_stream_starts(tmp_path):
     stream, epoch = GenerationStream(2), Copies(2, batches=5)
-    assert [next(epoch), next(epoch)] == ["0.0", "0.1"]
-    stream.taken(epoch, 2)
-    stream.taken(epoch, 0)  # the same iterator: still epoch 0
+    assert stream.take(epoch, 2) == ["0.0", "0.1"]
+    assert stream.take(epoch, 0) == []  # the same iterator: still epoch 0
     assert stream.draw() == "1.0"
     stream.save(tmp_path)
     resumed = GenerationStream(2)
-    assert resumed.resume(tmp_path) == (0, 4)
-    resumed.taken(Copies(2, batches=5), 2)
+    assert resumed.saved_position(tmp_path) == (0, 4)
+    resumed.start_at(0, 4)
+    resumed.take(Copies(2, batches=5), 2)
     assert (resumed.epoch, resumed.position) == (0, 6)
-    resumed.taken(Copies(2, batches=5), 2)  # a new iterator: the next epoch
+    resumed.take(Copies(2, batches=5), 2)  # a new iterator: the next epoch
     assert (resumed.epoch, resumed.position) == (1, 2)
-    assert GenerationStream(2).resume(tmp_path / "missing") is None
+    assert GenerationStream(2).saved_position(tmp_path / "missing") is None
+
+
+def test_a_position_at_the_epoch_end_resumes_at_the_next_epoch_start(tmp_path):
+    """Saved after draws took an epoch's last batches, the position is the epoch's length: a resumed run starts the
+    next epoch (the Trainer would otherwise skip the whole epoch and apply the position to the next one)."""
+    stream, epoch = GenerationStream(1), Copies(1, batches=3)
+    assert stream.take(epoch, 1) == ["0.0"]
+    assert [stream.draw(), stream.draw(), stream.draw()] == ["1.0", "2.0", None]
+    stream.save(tmp_path)
+    resumed = GenerationStream(1)
+    resumed.epoch_length = 3
+    assert resumed.saved_position(tmp_path) == (1, 0)
+    resumed.epoch_length = 4  # mid-epoch
+    assert resumed.saved_position(tmp_path) == (0, 3)
+
+
+def test_rewind_returns_to_the_failed_steps_start(tmp_path):
+    stream, epoch = GenerationStream(1), Copies(1, batches=6)
+    stream.take(epoch, 1)
+    stream.take(epoch, 1)  # the step that fails, in a refill round
+    assert stream.draw() == "2.0"
+    assert (stream.epoch, stream.position) == (0, 3)
+    stream.rewind()
+    assert (stream.epoch, stream.position) == (0, 1)
 
 
 def test_tools_are_refused_before_the_model_loads(tmp_path):
@@ -173,6 +200,6 @@ def test_tools_are_refused_before_the_model_loads(tmp_path):
 
     from pods_rl import PODSConfig, PODSTrainer
 
-    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, dynamic_sampling=True))
+    args = PODSConfig(**fast_args(output_dir=str(tmp_path), num_generations=4, dynamic_sampling=True, max_steps=1))
     with pytest.raises(ValueError, match="dynamic_sampling supports neither tools nor environment_factory"):
         PODSTrainer(model=str(tmp_path / "no-model"), reward_funcs=len, args=args, tools=[len])

@@ -1,8 +1,10 @@
 import inspect
 import itertools
 import math
+import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from support import (
@@ -531,6 +533,39 @@ def test_nonfinite_reward_of_a_function_names_it_and_the_sample(tmp_path, kind, 
     name = "flaky" if kind == "sync" else "flaky_async"
     with pytest.raises(RewardError, match=rf"Reward function '{name}' returned {bad!r} for sample 2 \(prompt 'q2="):
         score_four_samples(trainer)
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"),
+    [
+        (1e39, "1e+39"),  # a finite float, but an infinite float32, as TRL stores rewards
+        (-3.5e38, "-3.5e+38"),
+        (np.float64(1e300), "np.float64(1e+300)"),
+        (10**400, "1" + "0" * 56 + "..."),  # beyond any float: OverflowError in float()
+        ("0.5", "'0.5'"),
+    ],
+    ids=["1e39", "-3.5e38", "numpy-1e300", "10**400", "string"],
+)
+def test_reward_beyond_float32_or_not_a_number_names_it_and_the_sample(tmp_path, bad, shown):
+    def huge(completions, **kwargs):
+        return rewards_with(bad, len(completions))
+
+    trainer = reward_trainer(tmp_path, huge)
+    with pytest.raises(RewardError, match=rf"Reward function 'huge' returned {re.escape(shown)} for sample 2 \(prompt"):
+        score_four_samples(trainer)
+    assert score_four_samples(reward_trainer(tmp_path, lambda completions, **kwargs: [3.4e38, 1, True, None]))[
+        :, 0
+    ].isfinite().tolist() == [True, True, True, False]  # float32's largest, an int, a bool; None stays NaN
+
+
+@pytest.mark.parametrize("returned", [[0.5] * 3, 0.5, None])
+def test_reward_function_returning_other_than_one_reward_per_sample_is_an_error(tmp_path, returned):
+    def miscounted(completions, **kwargs):
+        return returned
+
+    got = "3 rewards" if isinstance(returned, list) else f"a {type(returned).__name__}"
+    with pytest.raises(RewardError, match=rf"Reward function 'miscounted' returned {got} for 4 samples"):
+        score_four_samples(reward_trainer(tmp_path, miscounted))
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])

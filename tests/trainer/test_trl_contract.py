@@ -62,16 +62,33 @@ def test_loss_mask_is_the_one_selection_predicts():
     assert 'tool_mask = extra_fields.pop("env_mask", None)' in inspect.getsource(GRPOTrainer._generate)
 
 
-def test_the_training_loop_feeds_dynamic_sampling():
-    """Dynamic sampling follows the loop's epoch iterator through `get_batch_samples`, tells a resumed loop its data
-    position through `_init_training_state`, and lifts the epoch count in `set_initial_training_values`."""
+def test_the_training_loop_feeds_the_data_stream():
+    """The data stream (and dynamic sampling) follows the loop's epoch iterator through `get_batch_samples`, tells a
+    resumed loop its data position through `_init_training_state`, and lifts the epoch count in
+    `set_initial_training_values`; the sampler learns its epoch in `_run_epoch`."""
     from transformers import Trainer
 
     loop = inspect.getsource(Trainer._run_epoch)
     assert "self.get_batch_samples(epoch_iterator, num_batches, self.args.device)" in loop
+    assert "epoch_iterator = iter(train_dataloader)" in loop  # after `_run_epoch` began: the sampler knows its epoch
+    assert "_run_epoch(\n                model=model,\n                epoch=epoch," in inspect.getsource(
+        Trainer._inner_training_loop
+    )
+    samples = inspect.getsource(Trainer.get_batch_samples)  # PODSTrainer's takes the batches itself
+    assert "num_items_in_batch = self._get_num_items_in_batch(batch_samples, device)" in samples
     assert "skip_first_batches(train_dataloader, steps_trained_in_current_epoch)" in loop
     assert "num_update_steps_trained = steps_trained_in_current_epoch // self.args.gradient_accumulation_steps" in loop
     training = inspect.getsource(Trainer._inner_training_loop)
     assert "epochs_trained, steps_trained_in_current_epoch = self._init_training_state(" in training
     assert "for epoch in range(epochs_trained, num_train_epochs):" in training
     assert "= self.set_initial_training_values(args, train_dataloader)" in training
+
+
+def test_the_generation_buffer_is_what_pods_checkpoints():
+    """TRL trains `steps_per_generation * num_iterations` micro-batches from `_buffered_inputs`, counted by `_step`:
+    the two things `PODSTrainer._save_generation_buffer` saves between two generations."""
+    source = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "generate_every = self.args.steps_per_generation * self.num_iterations" in source
+    assert "if self._step % generate_every == 0 or self._buffered_inputs is None:" in source
+    assert "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]" in source
+    assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)

@@ -358,14 +358,13 @@ def _quiet_transformers_printing(trainer) -> None:
 
 
 def _save_last_completed_step(trainer, output_dir: Path, display: Display) -> None:
-    """After a reward failure mid-step, checkpoint the last completed step (the update of the failed one never ran).
-
-    Single-process runs only: in a multi-process run the other processes cannot join the save.
-    """
+    """After a reward failure mid-step, checkpoint the last completed step (the update of the failed one never ran),
+    at the data position and random states the failed step began with. Every process raised the RewardError
+    together, so all of them join the save."""
     step = trainer.state.global_step
-    if step == 0 or trainer.accelerator.num_processes > 1 or (output_dir / f"checkpoint-{step}").exists():
+    if step == 0 or (output_dir / f"checkpoint-{step}").exists():
         return
-    trainer._save_checkpoint(trainer.model_wrapped, trial=None)
+    trainer.save_checkpoint_of_failed_step()
     display.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
 
 

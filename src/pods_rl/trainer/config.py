@@ -71,8 +71,8 @@ class PODSConfig(GRPOConfig):
             the training data, until every process holds its `per_device_train_batch_size * steps_per_generation / m`
             informative groups or `max_generation_rounds` rounds have run; a process still short then fills up
             with the last round's dropped groups (advantage 0). Selection (m of n) follows on the kept groups. Every
-            pool must lie on one process: that product must be a multiple of m. See `pods_rl.trainer.refill` for
-            what it does to steps and epochs.
+            pool must lie on one process: that product must be a multiple of m; and the run needs `max_steps`. See
+            `pods_rl.trainer.refill` for what it does to steps and epochs.
         max_generation_rounds (`int`, defaults to `3`):
             K: generation rounds per step at most with `dynamic_sampling`, the first one included (1 drops nothing,
             it only fills). Also the screening rounds per step with `rollout_allocation="screen"`.
@@ -218,7 +218,11 @@ class PODSConfig(GRPOConfig):
         why = refill_reason(self.dynamic_sampling, self.rollout_allocation)
         if why is not None:
             check_refill_steps(
-                self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps, why=why
+                self.steps_per_generation,
+                self.num_iterations,
+                self.gradient_accumulation_steps,
+                self.max_steps,
+                why=why,
             )
 
     @property

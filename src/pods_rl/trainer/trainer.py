@@ -13,9 +13,13 @@ method. To remove the unselected rollouts before any of that, PODS hooks in at t
 3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
    reward metrics and table advantages with the pool's metrics and the advantages used.
 
-Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`). Every
-reward function is wrapped so that a failure (sync ones) or a NaN/inf reward names the function and the sample,
-and a reward model's scores are checked once TRL has them (`_check_reward_models`): one policy for every kind.
+Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`), with what
+makes a resumed run the uninterrupted one: the data position and each epoch's order (`pods_rl.trainer.refill`),
+TRL's buffer of a generation being trained (`_save_generation_buffer`), the selection generator; after a reward
+failure, the state its step began with (`save_checkpoint_of_failed_step`). Every reward function is wrapped so that
+a failure, a reward that is not a number finite in float32, or a wrong count names the function and the sample,
+raised on every process together (`_raise_reward_failure`), and a reward model's scores are checked once TRL has
+them (`_check_reward_models`): one policy for every kind.
 
 `tests/trainer/test_trl_contract.py` fails loudly if TRL changes the internals these hooks rely on.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import random
 import shutil
 import sys
 import time
@@ -33,15 +38,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
+from accelerate.utils import gather_object, send_to_device
 from datasets import Dataset, IterableDataset
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate_checkpoints
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler, is_async_callable, repeat_iterable_dataset
+from trl.trainer.utils import is_async_callable, repeat_iterable_dataset
 
 from pods_rl.config_rules import check_allocation_wired
 from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
@@ -50,7 +57,7 @@ from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 from pods_rl.trainer.exchange import rows_to_move, take_rows
 from pods_rl.trainer.pools import advantages as pool_advantages
 from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
-from pods_rl.trainer.refill import GenerationStream
+from pods_rl.trainer.refill import EpochRepeatSampler, GenerationStream
 from pods_rl.trainer.vllm import pool_sized_vllm
 
 PHASES = ("generate", "score", "select", "update")
@@ -59,6 +66,7 @@ PHASES = ("generate", "score", "select", "update")
 # underscore out of Trainer's hub uploads of `output_dir` (they ignore `_*`), which may run while a save is staged.
 STAGING_PREFIX = "_tmp-"
 SELECTION_RNG_FILE = "pods_rng_state.safetensors"
+GENERATION_BUFFER_FILE = "pods_generation_buffer_{process}.pt"
 
 
 class RewardError(RuntimeError):
@@ -128,19 +136,26 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics: dict[str, float] = {}
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self._staging_dir: Path | None = None
-        # Dynamic sampling: where further prompts come from, and what the last step's rounds generated.
-        self._generation_stream = (
-            GenerationStream(args.steps_per_generation * self.num_iterations) if args.dynamic_sampling else None
-        )
+        # The data position (every run; `pods_rl.trainer.refill`), and with dynamic sampling where further prompts
+        # come from and what the last step's rounds generated.
+        self._data_stream = GenerationStream(args.steps_per_generation * self.num_iterations)
+        self._train_sampler: EpochRepeatSampler | None = None
+        # The random generators' states where the last step began (global ones, the selection generator's).
+        self._step_start_random: tuple[dict[str, Any], torch.Tensor] | None = None
         self._rounds_generated: dict[str, float] = {}
         self.add_callback(_PhaseClock(self))
+        self.add_callback(_DataProgress(self))
+        # Reward functions record a failure instead of raising, so that every process learns of it together
+        # (`_raise_reward_failure`); nothing is left waiting in TRL's gather of the rewards.
+        self._reward_failures: list[RewardError] = []
         self.reward_funcs = [
-            func if isinstance(func, nn.Module) else _guard_reward(func, name)
+            func if isinstance(func, nn.Module) else _guard_reward(func, name, self._reward_failures)
             for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
 
     def create_accelerator_and_postprocess(self) -> None:
-        with fsdp_on_cpu_processes():  # accelerate would run an FSDP launch on CPU processes as DDP
+        # accelerate would run FSDP on CPU processes as DDP, whether the launch or the arguments ask for it
+        with fsdp_on_cpu_processes(requested=self.args.fsdp_plugin_args is not None):
             super().create_accelerator_and_postprocess()
 
     # ------------------------------------------------------------------ checkpoints: atomic, with the selection RNG
@@ -189,13 +204,14 @@ class PODSTrainer(GRPOTrainer):
         return str(self._staging_dir) if self._staging_dir is not None else super()._get_output_dir(trial)
 
     def _save_rng_state(self, output_dir: str) -> None:
-        """Also save the selection generator (the random rule's draws), so a resumed run draws what it would have,
-        and with dynamic sampling the data position (`pods_rl.trainer.refill`)."""
+        """Also save what a resumed run needs besides the Trainer's state: the selection generator (the random
+        rule's draws), the data position (`pods_rl.trainer.refill`), and, between two generations, TRL's buffer of
+        the last one (`_save_generation_buffer`)."""
         super()._save_rng_state(output_dir)
         if self.args.should_save:
             save_file({"selection": self._selection_generator.get_state()}, str(Path(output_dir) / SELECTION_RNG_FILE))
-            if self._generation_stream is not None:
-                self._generation_stream.save(Path(output_dir))
+            self._data_stream.save(Path(output_dir))
+        self._save_generation_buffer(Path(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -203,38 +219,77 @@ class PODSTrainer(GRPOTrainer):
         if checkpoint is not None and path.is_file():
             self._selection_generator.set_state(load_file(str(path))["selection"])
 
-    # ------------------------------------------------------------------ data: pools of n per prompt
+    def _save_generation_buffer(self, folder: Path) -> None:
+        """TRL trains R = steps_per_generation * num_iterations micro-batches from one generation, kept in
+        `_buffered_inputs`, and counts them in `_step`; it saves neither, so a run resumed between two generations
+        would generate again from a batch it had trained on. Save both there (each process its own rows)."""
+        if self._step % (self.args.steps_per_generation * self.num_iterations):
+            state = {"step": self._step, "buffer": self._buffered_inputs}
+            torch.save(state, folder / GENERATION_BUFFER_FILE.format(process=self.args.process_index))
+
+    def _load_generation_buffer(self, checkpoint: Path) -> None:
+        path = checkpoint / GENERATION_BUFFER_FILE.format(process=self.args.process_index)
+        self._step, self._buffered_inputs = 0, None  # at a generation's start: TRL generates first
+        if path.is_file():
+            state = send_to_device(torch.load(path, map_location="cpu", weights_only=True), self.accelerator.device)
+            self._step, self._buffered_inputs = state["step"], state["buffer"]
+
+    def save_checkpoint_of_failed_step(self) -> None:
+        """After a step failed before its update (a RewardError while it generated), save a checkpoint of the last
+        completed step as a checkpoint saved at its end would be: the data position and the random generators go
+        back to where the failed step began, so that a resumed run repeats that step as the uninterrupted run did.
+        Every process calls it (the save is collective)."""
+        if self._step_start_random is not None:  # the failed step had begun (not an evaluation's failure)
+            self._data_stream.rewind()
+            states, selection = self._step_start_random
+            _set_random_states(states)
+            self._selection_generator.set_state(selection)
+            self._step_start_random = None
+        self._save_checkpoint(self.model_wrapped, trial=None)
+
+    # ------------------------------------------------------------------ data: pools of n per prompt, in order
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if self._generation_stream is not None:
-            self._generation_stream.taken(epoch_iterator, len(batches))
-        return batches, num_items
+        """The step's batches, through the data stream (which counts them and serves what a draw handed back);
+        the random generators are noted first, for `save_checkpoint_of_failed_step`."""
+        self._step_start_random = _random_states(), self._selection_generator.get_state()
+        batches = self._data_stream.take(epoch_iterator, num_batches)
+        return batches, self._get_num_items_in_batch(batches, device)
 
     def _init_training_state(
         self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
     ):
-        """With dynamic sampling, resume at the saved data position: refills consumed batches that the Trainer's
-        count of `global_step * gradient_accumulation_steps` does not know of."""
+        """Resume at the saved data position (`pods_rl.trainer.refill`): refills consumed batches that the Trainer's
+        count of `global_step * gradient_accumulation_steps` does not know of, and a dataset without a length never
+        leaves the Trainer's epoch 0. TRL's buffer of the current generation comes back too."""
         epochs_trained, batches_trained = super()._init_training_state(
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
-        if (
-            self._generation_stream is not None
-            and resume_from_checkpoint is not None
-            and not self.args.ignore_data_skip
-        ):
-            saved = self._generation_stream.resume(Path(resume_from_checkpoint))
-            if saved is not None:
-                epochs_trained, batches_trained = saved
+        saved = None
+        if resume_from_checkpoint is not None:
+            self._load_generation_buffer(Path(resume_from_checkpoint))
+            if not self.args.ignore_data_skip:
+                saved = self._data_stream.saved_position(Path(resume_from_checkpoint))
+        if saved is not None:
+            epochs_trained, batches_trained = saved
+        self._data_stream.start_at(epochs_trained, batches_trained)
         return epochs_trained, batches_trained
 
     def set_initial_training_values(self, args, dataloader):
-        """With dynamic sampling and max_steps, an epoch holds fewer steps than the Trainer counts (refills consume
-        its batches): run as many epochs as max_steps needs."""
+        """Note the epoch's length in batches (where the dataloader has one) for the data stream. With dynamic
+        sampling an epoch holds fewer steps than the Trainer counts (refills consume its batches): run as many
+        epochs as max_steps needs (PODSConfig requires max_steps with dynamic sampling)."""
         values = super().set_initial_training_values(args, dataloader)
-        if self._generation_stream is not None and args.max_steps > 0:
+        self._data_stream.epoch_length = len(dataloader) if has_length(dataloader) else None
+        if args.dynamic_sampling and args.max_steps > 0:
             return (sys.maxsize, *values[1:])
         return values
+
+    def _run_epoch(self, *, epoch: int, **kwargs):
+        """Tell the sampler its epoch before the epoch's first batch. The Trainer's `set_epoch` on the dataloader
+        does not reach it through every accelerate wrapper (a resumed multi-process run's skipping sampler)."""
+        if self._train_sampler is not None:
+            self._train_sampler.set_epoch(epoch)
+        return super()._run_epoch(epoch=epoch, **kwargs)
 
     def get_train_dataloader(self):
         """Batches of this process's `local_pool_size` rows: whole pools of n per prompt, laid out prompt by prompt
@@ -257,8 +312,8 @@ class PODSTrainer(GRPOTrainer):
             is_training=True,
         )
 
-    def _get_train_sampler(self, dataset=None) -> RepeatSampler:
-        return RepeatSampler(
+    def _get_train_sampler(self, dataset=None) -> EpochRepeatSampler:
+        self._train_sampler = EpochRepeatSampler(
             data_source=self.train_dataset if dataset is None else dataset,
             mini_repeat_count=self.args.num_generations,
             batch_size=self.args.generation_batch_size // self.args.num_selected,
@@ -266,6 +321,7 @@ class PODSTrainer(GRPOTrainer):
             shuffle=self.shuffle_dataset,
             seed=self.args.seed,
         )
+        return self._train_sampler
 
     # ------------------------------------------------------------------ generation, scoring, selection
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict[str, Any]:
@@ -325,9 +381,24 @@ class PODSTrainer(GRPOTrainer):
             return rewards
         start = time.perf_counter()
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._raise_reward_failure()
         self._check_reward_models(rewards, prompts, completions)
         self.phase_seconds["score"] += time.perf_counter() - start
         return rewards
+
+    def _raise_reward_failure(self) -> None:
+        """Raise the RewardError of a reward function that failed on any process, on every process (they all call
+        this after each scoring): the failing one raises its own, the others name it and its process."""
+        failure = self._reward_failures[0] if self._reward_failures else None
+        self._reward_failures.clear()
+        if self.accelerator.num_processes > 1:
+            failed = self.accelerator.gather(torch.tensor([failure is not None], device=self.accelerator.device))
+            if failed.any():
+                messages = gather_object([None if failure is None else str(failure)])
+                process = int(failed.nonzero()[0, 0])
+                failure = failure or RewardError(f"{messages[process]} (on process {process})")
+        if failure is not None:
+            raise failure
 
     def _check_reward_models(self, rewards: torch.Tensor, prompts: list, completions: list) -> None:
         """Raise RewardError for a NaN/inf score of a reward model (nn.Module) in the gathered `rewards`.
@@ -359,7 +430,7 @@ class PODSTrainer(GRPOTrainer):
         """
         inputs = self._pool_inputs
         rewards_per_func = self._score_pool(prompts, inputs, generated)
-        if self._generation_stream is not None:
+        if self.args.dynamic_sampling:
             generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
         (_, completion_ids, tool_mask, _, _, extra_fields, images, _) = generated
 
@@ -420,7 +491,7 @@ class PODSTrainer(GRPOTrainer):
         self._log_selection(
             scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
         )
-        if self._generation_stream is not None:
+        if self.args.dynamic_sampling:
             self._log_dynamic_sampling()
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
@@ -455,7 +526,7 @@ class PODSTrainer(GRPOTrainer):
         rounds, rewards = [_pool_columns(prompts, inputs, generated)], [rewards_per_func]
         masks = [informative(rewards_per_func)]
         while another_round_needed(masks, self.args.max_generation_rounds):
-            batch = self._generation_stream.draw()
+            batch = self._data_stream.draw()
             if batch is None:  # the epoch has no generation batch left (on every process alike)
                 break
             if "images" in batch[0] or "image" in batch[0]:
@@ -693,19 +764,31 @@ def _std(values: torch.Tensor) -> float:
     return values.std().item() if values.numel() > 1 else 0.0
 
 
-def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:
-    """`func`, raising RewardError naming `name` and the sample when it returns a NaN/inf reward (checked before
-    TRL turns None into NaN) or, if synchronous, when it raises.
+def _guard_reward(func: Callable[..., list], name: str, failures: list[RewardError]) -> Callable[..., list]:
+    """`func`, checked. When it raises, returns other than one reward per sample, or returns a reward that is
+    neither None nor a number finite as TRL stores it (float32; checked before TRL turns None into NaN), the
+    RewardError naming `name` and the sample goes to `failures` and every reward is 0: the trainer raises it on every
+    process once TRL has gathered the rewards (`PODSTrainer._raise_reward_failure`), so that no process is left
+    waiting in that gather.
 
     None stays allowed: in TRL it means "this function does not apply to this sample".
     """
+
+    def failed(failure: RewardError, size: int) -> list:
+        failures.append(failure)
+        return [0.0] * size
+
     if is_async_callable(func):
 
         @functools.wraps(func)
         async def guarded_async(*, prompts: list, completions: list, **kwargs: Any) -> list:
-            rewards = await func(prompts=prompts, completions=completions, **kwargs)
-            _check_rewards(name, rewards, prompts, completions)
-            return rewards
+            try:
+                rewards = await func(prompts=prompts, completions=completions, **kwargs)
+            except Exception as error:
+                where = f"a batch of {len(prompts)} samples"
+                return failed(_raised(name, error, where), len(prompts))
+            failure = _check_rewards(name, rewards, prompts, completions)
+            return rewards if failure is None else failed(failure, len(prompts))
 
         return guarded_async
 
@@ -720,21 +803,42 @@ def _guard_reward(func: Callable[..., list], name: str) -> Callable[..., list]:
                 if index is not None
                 else "a batch whose samples all pass on their own"
             )
-            raise RewardError(f"Reward function {name!r} raised {type(error).__name__}: {error} on {where}.") from error
-        _check_rewards(name, rewards, prompts, completions)
-        return rewards
+            return failed(_raised(name, error, where), len(prompts))
+        failure = _check_rewards(name, rewards, prompts, completions)
+        return rewards if failure is None else failed(failure, len(prompts))
 
     return guarded
 
 
-def _check_rewards(name: str, rewards: list, prompts: list, completions: list) -> None:
-    """Raise RewardError for the first reward that is neither None nor a finite number."""
-    for index, reward in enumerate(rewards):
-        if reward is not None and not _is_finite_number(reward):
-            raise RewardError(
-                f"Reward function {name!r} returned {reward!r} for {_sample(index, prompts, completions)}: "
-                "rewards must be finite numbers (or None where the function does not apply)."
+def _raised(name: str, error: Exception, where: str) -> RewardError:
+    failure = RewardError(f"Reward function {name!r} raised {type(error).__name__}: {error} on {where}.")
+    failure.__cause__ = error
+    return failure
+
+
+def _check_rewards(name: str, rewards: Any, prompts: list, completions: list) -> RewardError | None:
+    """The RewardError for rewards that are not one per sample, or for the first that is neither None nor a number
+    finite in float32 (what TRL stores: 1e39 is a finite float but an infinite float32); None if they pass."""
+    try:
+        count = len(rewards)
+    except TypeError:
+        count = None
+    if count != len(prompts):
+        got = f"{count} rewards" if count is not None else f"a {type(rewards).__name__}"
+        return RewardError(
+            f"Reward function {name!r} returned {got} for {len(prompts)} samples: it must return a list of one "
+            "reward per sample (None where it does not apply)."
+        )
+    values = [_as_float(reward) for reward in rewards]
+    stored = torch.tensor([0.0 if v is None else v for v in values], dtype=torch.float64).to(torch.float32)
+    for index, (reward, value) in enumerate(zip(rewards, values, strict=True)):
+        if reward is not None and (value is None or not stored[index].isfinite()):
+            shown, sample = _clip(repr(reward), 60), _sample(index, prompts, completions)
+            return RewardError(
+                f"Reward function {name!r} returned {shown} for {sample}: rewards must be numbers, finite in float32 "
+                "(or None where the function does not apply)."
             )
+    return None
 
 
 def _failing_sample(func: Callable[..., list], prompts: list, completions: list, kwargs: dict) -> int | None:
@@ -749,11 +853,31 @@ def _failing_sample(func: Callable[..., list], prompts: list, completions: list,
     return None
 
 
-def _is_finite_number(value: Any) -> bool:
+def _as_float(value: Any) -> float | None:
+    """`value` as a float, or None if it is no number (a string, None) or beyond a float (an int like 10**400)."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
     try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _random_states() -> dict[str, Any]:
+    """The global random generators' states, those the Trainer checkpoints: Python's, NumPy's, torch's (CPU and
+    every CUDA device)."""
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_random_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["cpu"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def _sample(index: int, prompts: list, completions: list) -> str:
@@ -764,13 +888,32 @@ def _preview(value: Any, limit: int = 200) -> str:
     """A prompt or completion, as text and clipped: a chat shows its last message."""
     if isinstance(value, list) and value and isinstance(value[-1], dict):
         value = value[-1].get("content", value[-1])
-    text = repr(value)
+    return _clip(repr(value), limit)
+
+
+def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> float:
     """A variance fraction; 1.0 when there was no variance to capture."""
     return 1.0 if denominator.item() == 0 else (numerator / denominator).item()
+
+
+class _DataProgress(TrainerCallback):
+    """At a step's end: log as `epoch` the share of the data taken (epochs begun, plus the current one's batches
+    taken over its length), refills included, instead of the Trainer's count of the loop's own batches: the same
+    whether or not the run was resumed, and what an epoch means under dynamic sampling (without refills both are
+    equal). And forget the random states of the step's start (`PODSTrainer.save_checkpoint_of_failed_step`)."""
+
+    def __init__(self, trainer: PODSTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stream = self.trainer._data_stream
+        if stream.epoch_length:
+            state.epoch = stream.epoch + stream.position / stream.epoch_length
+        self.trainer._step_start_random = None  # the step completed: nothing to rewind
 
 
 class _PhaseClock(TrainerCallback):

@@ -105,7 +105,7 @@ def test_the_checks_find_what_is_broken():
         "[here](#a-heading), [the second](#a-heading-1)",
         "[up](../README.md#pods-rl), [a folder](../configs/accelerate)",
         "[web](https://example.com/x.md), [mail](mailto:a@b.c)",
-        "`configs/accelerate/*.yaml`, `run/statistics.py`, `pods_rl/trainer/cpu_fsdp.py`, docs/reliability.md.",
+        "`configs/accelerate/*.yaml`, `compare/statistics.py`, `pods_rl/trainer/cpu_fsdp.py`, docs/reliability.md.",
         "`tests/run/test_train.py::test_train_writes_every_output`",
         "`benchmarks/results/<name>`, `runs/DIR/final`, https://github.com/o/r/blob/main/configs/x.yaml",
         "```python\n[not a link](nowhere.md)\n```",

@@ -296,7 +296,14 @@ def compare(
     ] = None,
 ) -> None:
     """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
-    from pods_rl.compare.runner import ArmFailed, ComparisonLock, ComparisonStopped, plan_table, report_comparison
+    from pods_rl.compare.runner import (
+        ArmFailed,
+        ComparisonLock,
+        ComparisonStopped,
+        plan_table,
+        plan_warnings,
+        report_comparison,
+    )
     from pods_rl.compare.runner import run_comparison as run_arms
     from pods_rl.compare.settings import default_compare_dir, extend_on_resume, load_compare, resolve_compare
 
@@ -336,6 +343,8 @@ def compare(
             settings = resolve_compare(config, overrides, only=arm)
             output_dir = output_dir or default_compare_dir(settings)
         console.print(plan_table(settings))
+        for line in plan_warnings(settings):
+            console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
         if dry_run:
             return
         comparison = run_arms(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)

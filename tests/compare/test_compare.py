@@ -167,7 +167,11 @@ def test_summarize_on_synthetic_runs(tmp_path):
     warnings = " ".join(comparison["warnings"])
     assert "grpo-pool reaches the target at its first evaluation" not in warnings
     assert "pods reaches the target at its first evaluation on seed(s) 0 (10.0), 1 (10.0)" in warnings
-    assert "smallest possible p-value is 0.33, above 0.05: no time or steps to target can be resolved" in warnings
+    assert (
+        "With 2 seed(s) per arm and 2 arm(s) against the baseline, the smallest p-value a time or steps to target can "
+        "reach after Holm's adjustment over the family is 1, above 0.05: none can be resolved, however large; it takes "
+        "at least 5 seeds per arm." in warnings
+    )
     assert comparison["summary"][1].startswith(
         "pods vs grpo: time to target 2.00x (95% interval 0-∞x), reached by 2 of 2 pods and 2 of 2 grpo runs: not "
         "resolved (Holm p 1.000); faster at every target (50%/75%/90% of the gain); in steps 2.00x"
@@ -392,6 +396,18 @@ def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
     config.write_text(yaml.safe_dump(data))
     with pytest.raises(ValueError, match=message):
         resolve_compare(config, [])
+
+
+def test_the_plan_says_when_its_seeds_cannot_resolve_a_time_to_target(tmp_path):
+    base = ["compare", "--dry-run", "--output-dir", str(tmp_path / "cmp"), "--arm", "grpo", "--arm", "pods"]
+    few = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2, 3]"])
+    assert few.exit_code == 0, few.output
+    assert "smallest p-value a time or steps to target can reach after Holm's adjustment over the family is 0.0571" in (
+        " ".join(few.output.split())
+    )
+    assert "it takes at least 5 seeds per arm" in " ".join(few.output.split())
+    enough = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2, 3, 4]"])
+    assert enough.exit_code == 0 and "Holm" not in enough.output and not (tmp_path / "cmp").exists()
 
 
 def test_bad_model_fails_before_any_run(tmp_path):

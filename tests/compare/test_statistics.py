@@ -14,11 +14,14 @@ from pods_rl.compare.statistics import (
     band,
     gain_target,
     holm,
+    least_adjusted_p_value,
+    least_p_value,
     mean_accuracy,
     paired_difference,
     peak,
     resolution_warnings,
     seed_speedup,
+    seeds_to_resolve,
     speedup_test,
     time_to_target,
     window_differences,
@@ -201,6 +204,29 @@ def test_edge_cases_give_no_nan_and_no_false_width():
     assert single.least_p_value == 1.0 and single.p_value == 1.0 and (single.low, single.high) == (0.0, None)
     # Three seeds: the smallest possible p-value is 2 / C(6, 3) = 0.1, above 5%.
     assert speedup_test(linear_runs([40, 44, 48]), linear_runs([20, 22, 24]), 0.5).least_p_value == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("seeds", [1, 2, 3, 4, 5, 6])
+def test_least_p_value_is_what_a_complete_separation_gives(seeds):
+    # Every arm run reaches the target before every baseline run: the most extreme split, the smallest p-value.
+    fast, slow = linear_runs([20.0 + i for i in range(seeds)]), linear_runs([40.0 + i for i in range(seeds)])
+    result = speedup_test(slow, fast, 0.5)
+    assert result.p_value == pytest.approx(least_p_value(seeds)) and result.least_p_value == least_p_value(seeds)
+    assert least_p_value(seeds) == (1.0 if seeds == 1 else pytest.approx(2 / math.comb(2 * seeds, seeds)))
+
+
+def test_seeds_to_resolve_matches_holm_at_its_most_favourable():
+    # The best a permutation test can do in a family: every continuous test (one per arm) far smaller, and every
+    # permutation test at the least p-value; Holm then multiplies the first of them by all the permutation tests.
+    for arms in range(1, 8):
+        tests = 2 * arms
+        for seeds in range(1, 9):
+            adjusted = holm([1e-12] * arms + [least_p_value(seeds)] * tests)
+            assert min(adjusted[arms:]) == pytest.approx(least_adjusted_p_value(seeds, tests))
+        needed = seeds_to_resolve(tests)
+        assert least_adjusted_p_value(needed, tests) <= 0.05 < least_adjusted_p_value(needed - 1, tests)
+    # One arm against the baseline needs 5 seeds (4 give 2 x 2/70 = 0.057), the default seven arms 6.
+    assert (seeds_to_resolve(2), seeds_to_resolve(12)) == (5, 6)
 
 
 def test_holm_adjusts_in_order_and_keeps_missing_values():

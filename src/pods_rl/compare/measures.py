@@ -27,9 +27,11 @@ from pods_rl.compare.statistics import (
     band,
     gain_target,
     holm,
+    least_adjusted_p_value,
     paired_difference,
     resolution_warnings,
     seed_speedup,
+    seeds_to_resolve,
     speedup_test,
     time_to_target,
     window_differences,
@@ -45,6 +47,7 @@ COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_
 REFILLS = ("generation_rounds", "prompts_generated", "groups_dropped_frac")
 PEAK = "the mean over seeds of each seed's highest evaluation"
 MEASURES = ("time_to_target", "steps_to_target", "mean_accuracy")  # the tests of each arm against the baseline
+PERMUTATION_MEASURES = 2  # of MEASURES, those by the permutation test (discrete p-values): time and steps to target
 VERDICTS = {"time_to_target": ("faster", "slower"), "steps_to_target": ("faster", "slower")}
 VERDICTS["mean_accuracy"] = ("higher", "lower")
 NOT_RESOLVED = "not resolved"
@@ -524,12 +527,8 @@ def _warnings(
         )
     if target is not None:
         warnings += _target_warnings(settings, curves, target.accuracy)
-    least = min((versus["time_to_target"]["least_p_value"] for versus in compared.values()), default=0.0)
-    if least > ALPHA:
-        warnings.append(
-            f"With {len(settings.seeds)} seed(s) per arm the speedup test's smallest possible p-value is {least:.2f}, "
-            f"above {ALPHA:g}: no time or steps to target can be resolved; it takes at least 4 seeds per arm."
-        )
+    if compared:
+        warnings += resolvable_warnings(len(settings.seeds), len(compared))
     warnings += _machine_warnings(settings, records)
     for index, seed in enumerate(settings.seeds):
         starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
@@ -539,6 +538,20 @@ def _warnings(
                 "from the same model, evaluation set or code."
             )
     return warnings
+
+
+def resolvable_warnings(seeds: int, arms: int) -> list[str]:
+    """One line when `seeds` per arm cannot resolve a time or steps to target for any of `arms` arms against the
+    baseline, however large the difference: the permutation tests' p-values are discrete and Holm multiplies them."""
+    tests = arms * PERMUTATION_MEASURES
+    least = least_adjusted_p_value(seeds, tests)
+    if least <= ALPHA:
+        return []
+    return [
+        f"With {seeds} seed(s) per arm and {arms} arm(s) against the baseline, the smallest p-value a time or steps "
+        f"to target can reach after Holm's adjustment over the family is {least:.3g}, above {ALPHA:g}: none can be "
+        f"resolved, however large; it takes at least {seeds_to_resolve(tests)} seeds per arm."
+    ]
 
 
 def _target_warnings(settings: CompareSettings, curves: dict[str, list[Curve]], target: float) -> list[str]:

@@ -35,7 +35,7 @@ from pods_rl.compare.layout import (
     tuning_records,
     tuning_runs,
 )
-from pods_rl.compare.measures import STEP_MEASURES, summarize
+from pods_rl.compare.measures import STEP_MEASURES, resolvable_warnings, summarize
 from pods_rl.compare.render import results_tables, rule_text, write_comparison
 from pods_rl.compare.settings import COMPARE_FILE, CompareSettings, load_compare
 from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings
@@ -156,6 +156,12 @@ def plan_table(settings: CompareSettings) -> Table:
         )
         table.add_row(name, str(n), str(m), rule_text(n, m, rule), str(rows), f"{rows / m:g}", rate, seeds)
     return table
+
+
+def plan_warnings(settings: CompareSettings) -> list[str]:
+    """What the plan can be told before anything trains: seeds too few to resolve any time to target."""
+    arms = sum(name != settings.baseline for name in settings.arms)
+    return resolvable_warnings(len(settings.seeds), arms) if arms and settings.baseline in settings.arms else []
 
 
 def run_comparison(

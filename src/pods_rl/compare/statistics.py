@@ -28,6 +28,8 @@ mean and the per-seed table; the speedup compares the two arms' seeds as two sam
   end of the shorter run of the pair, divided by the window's length; the paired difference has a Student-t
   interval and p-value.
 - Several comparisons: `holm` adjusts their p-values (Holm-Bonferroni); a verdict is drawn from the adjusted one.
+  The permutation test's p-values are discrete (`least_p_value`), so few seeds cannot resolve a time to target
+  however large the speedup; `seeds_to_resolve` says how many can, given the family's size.
 """
 
 from __future__ import annotations
@@ -170,6 +172,31 @@ def seed_speedup(baseline: TimeToTarget, arm: TimeToTarget) -> SeedSpeedup:
 
 
 # ---------------------------------------------------------------- the speedup test
+
+
+def least_p_value(seeds: int) -> float:
+    """The smallest two-sided p-value the speedup test can give with `seeds` runs per arm: 2 over the number of
+    splits it refers the statistic to (every split of the 2 x seeds runs in two, or the sampled ones and the
+    observed)."""
+    splits = math.comb(2 * seeds, seeds)
+    splits = splits if splits <= EXACT_SPLITS else SAMPLED_SPLITS + 1
+    return 2 / splits if splits > 1 else 1.0
+
+
+def least_adjusted_p_value(seeds: int, permutation_tests: int) -> float:
+    """The smallest Holm-adjusted p-value a time (or steps) to target can reach with `seeds` runs per arm in a
+    family holding `permutation_tests` such tests besides continuous ones: at best every continuous test ranks
+    first, and the first permutation test after them is multiplied by the number of tests left."""
+    return min(1.0, permutation_tests * least_p_value(seeds))
+
+
+def seeds_to_resolve(permutation_tests: int) -> int:
+    """The fewest seeds per arm with which a time to target can be resolved at ALPHA after Holm's adjustment over a
+    family holding `permutation_tests` permutation tests (`least_adjusted_p_value`)."""
+    seeds = 1
+    while least_adjusted_p_value(seeds, permutation_tests) > ALPHA:
+        seeds += 1
+    return seeds
 
 
 @cache
@@ -342,7 +369,7 @@ def speedup_test(baseline: Sequence[Curve], arm: Sequence[Curve], target: float)
         "arm": sum(not time_to_target(*curve, target).censored for curve in arm),
         "baseline": sum(not time_to_target(*curve, target).censored for curve in baseline),
     }
-    least = float(2 / len(test.splits)) if len(test.splits) > 1 else 1.0
+    least = least_p_value(len(baseline)) if len(baseline) == len(arm) else float(2 / len(test.splits))
     direction = "faster" if statistic > 0 else "slower" if statistic < 0 else "tie"
     estimate = _sign_change(test, scales, statistics, one)
     accepted = np.nonzero(p_values > ALPHA)[0]

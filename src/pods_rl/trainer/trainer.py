@@ -831,8 +831,9 @@ def _check_rewards(name: str, rewards: Any, prompts: list, completions: list) ->
         )
     values = [_as_float(reward) for reward in rewards]
     stored = torch.tensor([0.0 if v is None else v for v in values], dtype=torch.float64).to(torch.float32)
+    finite = stored.isfinite().tolist()  # one call, not one a reward: this runs on every step
     for index, (reward, value) in enumerate(zip(rewards, values, strict=True)):
-        if reward is not None and (value is None or not stored[index].isfinite()):
+        if reward is not None and (value is None or not finite[index]):
             shown, sample = _clip(repr(reward), 60), _sample(index, prompts, completions)
             return RewardError(
                 f"Reward function {name!r} returned {shown} for {sample}: rewards must be numbers, finite in float32 "

@@ -139,7 +139,7 @@ def cpu_sized(task: str) -> dict[str, Any]:
 def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
     """Whether the SmolLM2 CPU preset generates with vLLM on a CPU with these instruction-set flags, and why.
 
-    The rule follows the measurements of `benchmarks/vllm_cost.py` (docs/benchmarks.md, "Generation with vLLM
+    The rule follows the measurements of `benchmarks/vllm_cost.py` (docs/benchmarks/micro.md, "Generation with vLLM
     (CPU)"), one per instruction set: on an Intel Xeon with AVX-512 a SmolLM2 step took 11.7 s with vLLM's CPU build
     against 14.9 s with HF `generate`; on an AMD EPYC with AVX2 only, 37.5 s against 16.9 s (vLLM generated 2.5x
     slower there, its CPU kernels being built for AVX-512). So vLLM where the CPU has AVX-512, HF `generate`

@@ -75,7 +75,8 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
     for row in table:
         verdicts = set(row["verdicts"].values())
         verdict = "none resolved" if verdicts == {"not resolved"} else ", ".join(sorted(verdicts))
-        adjusted = ", ".join(f"{row['adjusted'][key]:.3f}" for key in ("time_to_target", "steps_to_target", "mean_accuracy"))
+        measures = ("time_to_target", "steps_to_target", "mean_accuracy")
+        adjusted = ", ".join(f"{row['adjusted'][key]:.3f}" for key in measures)
         setup = f"[{row['setup']}]({link_prefix}{row['page']}) ({row['cpu']})"
         lines.append(
             f"| {setup} | {row['arm']} vs {row['baseline']} | {row['seeds']} | {ratio(row['time'])} | "
@@ -93,15 +94,14 @@ def plot(table: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 3.9), dpi=80)
     colours = {"grpo-pool": "tab:gray", "pods": "tab:blue", "grpo-ds": "tab:orange", "pods-ds": "tab:green"}
-    labels, y = [], 0
-    for row in reversed(table):
+    labels = []
+    for y, row in enumerate(reversed(table)):
         arm = row["arm"].split(" ")[0]
         time = row["time"]
         low, high = max(time["low"], 0.1), min(time["high"], 10.0)
         ax.plot([low, high], [y, y], color=colours.get(arm, "black"), linewidth=2)
         ax.plot([time["estimate"]], [y], "o", color=colours.get(arm, "black"), markersize=5)
         labels.append(f"{row['setup']}: {arm}")
-        y += 1
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xscale("log")
     ax.set_xlim(0.1, 10)

@@ -80,8 +80,9 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
 
 # SmolLM2 on `arithmetic-3term` (a+b+c over one digit, 18.5% right at the start, so room to grow), on the task's own
 # split (800 to train, 200 held out): the sizing run that lifted it steadily on two seeds (17.5% -> 27.5% and 29.0% in
-# 27 steps, about 22 s each on an AVX-512 Xeon with vLLM; docs/benchmarks/presets.md). a+b's 2 prompts per step at 2e-5 swung and
-# collapsed here: about half the groups have no right rollout, so 4 prompts, n/m = 16/4, a lower rate and temperature.
+# 27 steps, about 22 s each on an AVX-512 Xeon with vLLM; docs/benchmarks/presets.md). a+b's 2 prompts per step at
+# 2e-5 swung and collapsed here: about half the groups have no right rollout, so 4 prompts, n/m = 16/4, a lower rate
+# and temperature.
 SMOLLM2_CPU_THREE_TERMS: dict[str, Any] = merge(
     {k: v for k, v in SMOLLM2_CPU_ARITHMETIC.items() if k != "task_options"},
     {

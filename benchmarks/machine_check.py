@@ -1,6 +1,6 @@
 """Is this machine in the state its timings were taken in? Compute speed and the cost of a page fault, in 20 s.
 
-A VM's host can change under a long comparison: on the 2-core Xeon of docs/benchmarks.md a fork of the VM left
+A VM's host can change under a long comparison: on the 2-core Xeon of docs/performance.md a fork of the VM left
 compute as fast as before and made every page fault cost 4-10 us, which doubled SmolLM2's update ("Page faults on
 a forked VM"). Run this before a sitting of measurements and compare with the figures in the docs. Each fault
 measure runs in its own process: with glibc's defaults, and keeping freed memory as `pods train` does

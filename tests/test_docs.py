@@ -1,6 +1,7 @@
 """The documentation stays true: every relative link and every repository path that README.md, CHANGELOG.md, docs/
 and examples/ name exists, CITATION.cff names this release, and the README's library snippet runs."""
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -14,11 +15,8 @@ ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PAGES += sorted((ROOT / "examples").rglob("*.md"))
 
-# Links and paths broken on today's pages, for the rewrite of README.md and docs/ to fix (then empty this set).
-KNOWN_BROKEN = {
-    "README.md: path configs/compare-smollm2-vllm.yaml",
-    "docs/benchmarks.md: path configs/compare-smollm2-vllm.yaml",
-}
+# Links and paths known to be broken (none: a page that breaks one fails the test).
+KNOWN_BROKEN: set[str] = set()
 
 # Where a path named in prose may live: the repository's folders, and the package's (`pods_rl/...`, `run/...`).
 PACKAGE = ROOT / "src" / "pods_rl"
@@ -212,3 +210,25 @@ def test_readme_snippet_trains_the_tiny_model(tiny_model_dir, tmp_path):
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1].removeprefix("trained steps: ")) == [2]
+
+
+def load_results_at_a_glance():
+    """benchmarks/results_at_a_glance.py as a module (benchmarks/ is not a package, nor on the path)."""
+    spec = importlib.util.spec_from_file_location("results_at_a_glance", ROOT / "benchmarks" / "results_at_a_glance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_at_a_glance_are_the_records():
+    """The README's results table (PODS against GRPO) and the benchmarks index's (every arm) are what
+    `benchmarks/results_at_a_glance.py` reads from the shipped comparison.json records, character for character."""
+    results_at_a_glance = load_results_at_a_glance()
+    readme = (ROOT / "README.md").read_text()
+    index = (ROOT / "docs" / "benchmarks" / "README.md").read_text()
+    pods_rows = results_at_a_glance.rows(arms=["pods"])
+    assert [row["arm"].split()[0] for row in pods_rows] == ["pods"] * len(results_at_a_glance.COMPARISONS)
+    assert results_at_a_glance.markdown(pods_rows, "docs/benchmarks/") in readme
+    every_row = results_at_a_glance.rows()
+    assert len(every_row) == 16 and results_at_a_glance.markdown(every_row, "") in index
+    assert all(row["verdicts"] == dict.fromkeys(row["verdicts"], "not resolved") for row in every_row)

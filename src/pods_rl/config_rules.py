@@ -173,7 +173,7 @@ def check_vllm(use_vllm: bool, *, section: str = "") -> None:
     if use_vllm and not vllm_installed():
         raise ValueError(
             f"{section}use_vllm=True needs vLLM, which this environment lacks: `make vllm` builds one that has it "
-            "(.venv-vllm; see the README)."
+            "(.venv-vllm; see docs/vllm.md)."
         )
 
 

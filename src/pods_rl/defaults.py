@@ -5,7 +5,7 @@ A preset applies only to its model and task (and, for SmolLM2, only on a machine
 user's own settings. On a GPU, `pods train --model Qwen/... --task gsm8k` gets the generic defaults (the paper's
 sizes), and so does SmolLM2. On a CPU, any model and task without a preset gets `CPU_SIZED` over the generic ones:
 the sizes that cost time (rollouts, completion length, steps, evaluation), not those that set what a step learns. How
-the presets were chosen, with the measurements, is in the README.
+the presets were chosen, with the measurements, is in docs/benchmarks/presets.md.
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ SMOLLM2_CPU_ARITHMETIC: dict[str, Any] = {
 
 # SmolLM2 on `arithmetic-3term` (a+b+c over one digit, 18.5% right at the start, so room to grow), on the task's own
 # split (800 to train, 200 held out): the sizing run that lifted it steadily on two seeds (17.5% -> 27.5% and 29.0% in
-# 27 steps, about 22 s each on an AVX-512 Xeon with vLLM; README). a+b's 2 prompts per step at 2e-5 swung and
-# collapsed here: about half the groups have no right rollout, so 4 prompts, n/m = 16/4, a lower rate and temperature.
+# 27 steps, about 22 s each on an AVX-512 Xeon with vLLM; docs/benchmarks/presets.md). a+b's 2 prompts per step at
+# 2e-5 swung and collapsed here: about half the groups have no right rollout, so 4 prompts, n/m = 16/4, a lower rate
+# and temperature.
 SMOLLM2_CPU_THREE_TERMS: dict[str, Any] = merge(
     {k: v for k, v in SMOLLM2_CPU_ARITHMETIC.items() if k != "task_options"},
     {
@@ -139,7 +140,7 @@ def cpu_sized(task: str) -> dict[str, Any]:
 def generation_backend(cpu_flags: Collection[str]) -> tuple[bool, str]:
     """Whether the SmolLM2 CPU preset generates with vLLM on a CPU with these instruction-set flags, and why.
 
-    The rule follows the measurements of `benchmarks/vllm_cost.py` (docs/benchmarks.md, "Generation with vLLM
+    The rule follows the measurements of `benchmarks/vllm_cost.py` (docs/benchmarks/micro.md, "Generation with vLLM
     (CPU)"), one per instruction set: on an Intel Xeon with AVX-512 a SmolLM2 step took 11.7 s with vLLM's CPU build
     against 14.9 s with HF `generate`; on an AMD EPYC with AVX2 only, 37.5 s against 16.9 s (vLLM generated 2.5x
     slower there, its CPU kernels being built for AVX-512). So vLLM where the CPU has AVX-512, HF `generate`

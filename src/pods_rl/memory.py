@@ -3,7 +3,7 @@
 Each training step allocates and frees the same large buffers (logits, activations, gradients). glibc's malloc
 serves large blocks with mmap and returns them with munmap, and trims its heaps' free tops, so the next step faults
 every page in again. On a virtual machine whose host backs guest memory lazily a fault can cost 10 us a page: on
-the 2-core Xeon VM of docs/benchmarks.md ("Page faults on a forked VM") that doubled SmolLM2's update once the VM
+the 2-core Xeon VM of docs/performance.md ("Page faults on a forked VM") that doubled SmolLM2's update once the VM
 had been forked (17 -> 35 s a step, much of it kernel time), and keeping freed memory brought it to 13.5 s. The
 price: a process's resident memory stays near its peak, as PyTorch's CUDA allocator keeps it on a GPU.
 

@@ -52,7 +52,7 @@ def test_accelerate_configs_are_read_by_accelerate(path):
 
     multinode = config["num_machines"] > 1
     command = ["--config_file", str(path)]
-    if multinode:  # the per-node options the README's commands pass
+    if multinode:  # the per-node options docs/distributed.md's commands pass
         command += ["--machine_rank", "1", "--main_process_ip", "127.0.0.1"]
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*command, "train.py"]))
     assert args.num_processes == config["num_processes"] and args.num_machines == config["num_machines"]
@@ -68,7 +68,7 @@ def test_accelerate_configs_are_read_by_accelerate(path):
 
 
 def test_multinode_configs_are_shipped():
-    """Past one machine: ZeRO-3 and FSDP, as the README's multi-node section says."""
+    """Past one machine: ZeRO-3 and FSDP, as docs/distributed.md's multi-node section says."""
     multinode = {
         yaml.safe_load(p.read_text())["distributed_type"]
         for p in (CONFIGS / "accelerate").glob("*.yaml")

@@ -217,7 +217,7 @@ def _paper_step_cost() -> StepCost:
 
 # Built in: what `pods compare` projects every steps-to-target result onto, besides the comparison's own fit.
 REFERENCE_COSTS = (
-    # benchmarks/gpu_check.py on one H200 (docs/benchmarks.md, "On a GPU"): a 494M Llama, 256-token prompts,
+    # benchmarks/gpu_check.py on one H200 (docs/benchmarks/gpu.md): a 494M Llama, 256-token prompts,
     # 512-token completions, HF generate, 8 prompts per step; GRPO 8/8 (64 generated, 64 trained) and PODS 32 -> 8 (256,
     # 64): generate + score + select 8.147 and 9.081 s, so 4.865 ms a generated rollout and 7.836 s fixed; update
     # 0.497 and 0.505 s for 64 rows: 7.83 ms a trained rollout (taken as proportional to the rows).

@@ -207,7 +207,8 @@ def warm_start(
 def _accelerate_state_kept() -> Iterator[None]:
     """Put accelerate's process-wide state back as it was after the block.
 
-    The warm start trains on CPU in full precision, so that its checkpoint is the same on any machine. Its
+    The warm start trains on CPU in full precision, also on a GPU machine, so that a GPU does not change it (it
+    still differs between CPU instruction sets: docs/benchmarks/presets.md). Its
     TrainingArguments reset accelerate's state and its Accelerator sets it (CPU, no mixed precision); a run's trainer
     created afterwards on a GPU (bf16) would then fail with "AcceleratorState has already been initialized", or find
     itself on CPU. accelerate's states are shared dicts that their instances alias, so restoring the dicts' contents

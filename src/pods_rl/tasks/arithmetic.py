@@ -155,7 +155,8 @@ def load_three_term_sums(
     """Task `arithmetic-3term`: a+b+c over one-digit numbers; by default all 1000 of them, 800 to train, 200 held out.
 
     Named for SmolLM2-135M-Instruct on a CPU: it answers 18.5% of the held-out ones right against about half of the a+b
-    sums, often stopping at a+b's value (README, "SmolLM2-135M on a CPU"), so RL has room to lift it.
+    sums, often stopping at a+b's value (docs/benchmarks/presets.md, "SmolLM2-135M on a CPU"), so RL has room to lift
+    it.
     """
     task = load_arithmetic(
         seed=seed,

@@ -1,0 +1,131 @@
+"""The shipped comparisons at a glance: one table and one small picture, read from their comparison.json records.
+
+For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; all four have 6 seeds an
+arm), every arm against the baseline: the Holm-adjusted verdicts, the time-to-target and steps-to-target speedups
+with their 95% intervals, and the difference in mean accuracy over the window. Prints a Markdown table (the README's
+"results at a glance" and docs/benchmarks/README.md hold its output; tests/test_docs.py checks that they still do)
+and, with `--plot`, draws the time-to-target speedups with their intervals on a log axis
+(docs/benchmarks/at-a-glance.png). No training, no timing.
+
+    .venv/bin/python benchmarks/results_at_a_glance.py --arm pods   # the README's rows
+    .venv/bin/python benchmarks/results_at_a_glance.py --link-prefix "" --plot docs/benchmarks/at-a-glance.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+# The shipped comparisons, in the order the README lists them: folder -> (short setup, CPU, page in docs/benchmarks/).
+COMPARISONS = {
+    "tiny-epyc-avx512": ("tiny, 60 s", "AMD EPYC, AVX-512", "tiny-epyc-avx512.md"),
+    "tiny-epyc-avx512-20s": ("tiny, first 20 s", "AMD EPYC, AVX-512", "tiny-epyc-avx512-20s.md"),
+    "smollm2-sums": ("SmolLM2 a+b", "Intel Xeon, AVX-512", "smollm2-sums.md"),
+    "smollm2-3term-epyc": ("SmolLM2 a+b+c", "AMD EPYC, AVX-512, vLLM", "smollm2-3term.md"),
+}
+
+
+def ratio(measure: dict) -> str:
+    """`1.30x (0.45-4.39)`: a speedup and its 95% interval."""
+    return f"{measure['estimate']:.2f}x ({measure['low']:.2f}-{measure['high']:.2f})"
+
+
+def points(measure: dict) -> str:
+    """`+3.1 (-4.0 to +10.1)`: a difference in accuracy points and its 95% interval."""
+    return f"{100 * measure['estimate']:+.1f} ({100 * measure['low']:+.1f} to {100 * measure['high']:+.1f})"
+
+
+def rows(results: Path = RESULTS, arms: list[str] | None = None) -> list[dict]:
+    """One row per arm (all, or those named) of every shipped comparison, against that comparison's baseline."""
+    table = []
+    for folder, (setup, cpu, page) in COMPARISONS.items():
+        report = json.loads((results / folder / "comparison.json").read_text())
+        baseline = report["settings"]["baseline"]
+        for arm, record in report["arms"].items():
+            if arm == baseline or (arms and arm not in arms):
+                continue
+            versus = record["vs_baseline"]
+            table.append(
+                {
+                    "page": page,
+                    "setup": setup,
+                    "cpu": cpu,
+                    "arm": f"{arm} {record['n']}/{record['m']}",
+                    "baseline": f"{baseline} {report['arms'][baseline]['n']}/{report['arms'][baseline]['m']}",
+                    "time": versus["time_to_target"],
+                    "steps": versus["steps_to_target"],
+                    "window": versus["mean_accuracy_difference"],
+                    "adjusted": versus["adjusted_p_values"],
+                    "verdicts": versus["verdicts"],
+                }
+            )
+    return table
+
+
+def markdown(table: list[dict], link_prefix: str = "") -> str:
+    """The table as Markdown: each setup links its page (`link_prefix` + page), 95% intervals in parentheses."""
+    lines = [
+        "| setup (CPU) | arm vs baseline | time to target | steps to target | window mean, points | "
+        "verdicts (Holm p: time, steps, window) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        verdicts = set(row["verdicts"].values())
+        verdict = "none resolved" if verdicts == {"not resolved"} else ", ".join(sorted(verdicts))
+        measures = ("time_to_target", "steps_to_target", "mean_accuracy")
+        adjusted = ", ".join(f"{row['adjusted'][key]:.3f}" for key in measures)
+        setup = f"[{row['setup']}]({link_prefix}{row['page']}) ({row['cpu']})"
+        lines.append(
+            f"| {setup} | {row['arm']} vs {row['baseline']} | {ratio(row['time'])} | {ratio(row['steps'])} | "
+            f"{points(row['window'])} | {verdict} ({adjusted}) |"
+        )
+    return "\n".join(lines)
+
+
+def plot(table: list[dict], path: Path) -> None:
+    """Time-to-target speedups over the baseline with 95% intervals, one line per arm, grouped by comparison."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.9), dpi=80)
+    colours = {"grpo-pool": "tab:gray", "pods": "tab:blue", "grpo-ds": "tab:orange", "pods-ds": "tab:green"}
+    labels = []
+    for y, row in enumerate(reversed(table)):
+        arm = row["arm"].split(" ")[0]
+        time = row["time"]
+        low, high = max(time["low"], 0.1), min(time["high"], 10.0)
+        ax.plot([low, high], [y, y], color=colours.get(arm, "black"), linewidth=2)
+        ax.plot([time["estimate"]], [y], "o", color=colours.get(arm, "black"), markersize=5)
+        labels.append(f"{row['setup']}: {arm}")
+    ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlim(0.1, 10)
+    ax.set_xticks([0.1, 0.25, 0.5, 1, 2, 4, 10], ["0.1", "0.25", "0.5", "1", "2", "4", "10"])
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_xlabel("time to 75% of GRPO's gain: speedup over GRPO (95% interval; > 1 is faster)", fontsize=8)
+    ax.set_title("No arm is resolved faster than GRPO (Holm, 12 tests a comparison)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plot", type=Path, help="also draw the time-to-target speedups into this PNG")
+    parser.add_argument("--arm", action="append", help="only these arms (repeatable; default: every arm)")
+    parser.add_argument("--link-prefix", default="docs/benchmarks/", help="where the per-comparison pages are")
+    options = parser.parse_args()
+    print(markdown(rows(arms=options.arm), options.link_prefix))
+    if options.plot:
+        plot(rows(), options.plot)
+        print(f"wrote {options.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -111,6 +111,11 @@ def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
                 raise ValueError(
                     f"{section}{name} is an option of rollout_allocation={wanted}, got rollout_allocation={mode!r}."
                 )
+    if mode != "none" and values["dynamic_sampling"]:
+        raise ValueError(
+            f"{section}rollout_allocation={mode!r} with dynamic_sampling=True is not supported yet: each already drops "
+            "or skips the prompts whose rewards do not vary; set one of them."
+        )
     threshold = values["success_threshold"]
     if threshold is not None and not math.isfinite(threshold):
         raise ValueError(
@@ -154,16 +159,6 @@ def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
         decay = values["history_decay"]
         if not 0 < decay <= 1:
             raise ValueError(f"{section}history_decay must be in (0, 1] (1: every epoch counts alike), got {decay}.")
-
-
-def check_allocation_wired(rollout_allocation: str, *, section: str = "") -> None:
-    """Rollout allocation is configured and checked, but PODSTrainer does not run it yet: refuse it in one line rather
-    than train without it. (The trainer integration replaces this check.)"""
-    if rollout_allocation != "none":
-        raise ValueError(
-            f"{section}rollout_allocation={rollout_allocation!r}: allocation is not wired into the trainer yet "
-            "(only its core, pods_rl.core.allocation, exists); set rollout_allocation='none'."
-        )
 
 
 def check_vllm(use_vllm: bool, *, section: str = "") -> None:

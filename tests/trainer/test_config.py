@@ -230,11 +230,16 @@ def test_generation_budget_is_shared_by_the_processes(tmp_path, monkeypatch):
         make(tmp_path, **{**settings, "per_device_train_batch_size": 2})
 
 
-def test_the_trainer_refuses_allocation_until_it_is_wired(tmp_path):
-    """Configured allocation must not be silently ignored: PODSTrainer refuses it in one line, before it loads
-    anything (the model here is a name that would fail to load)."""
+def test_allocation_with_tools_is_refused_before_the_model_loads(tmp_path):
+    """Allocation generates its own calls of the pool: tools and environments are refused in one line, before
+    anything loads (the model here is a name that would fail to load)."""
     from pods_rl import PODSTrainer
 
     args = make(tmp_path, **ALLOCATION, rollout_allocation="screen", screen_size=2)
-    with pytest.raises(ValueError, match=r"rollout_allocation='screen': allocation is not wired into the trainer yet"):
-        PODSTrainer(model="no/such-model", reward_funcs=[], args=args)
+    with pytest.raises(ValueError, match=r"rollout_allocation='screen' supports neither tools nor environment_factory"):
+        PODSTrainer(model="no/such-model", reward_funcs=[], args=args, tools=[len])
+
+
+def test_allocation_with_dynamic_sampling_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"rollout_allocation='history' with dynamic_sampling=True is not supported"):
+        make(tmp_path, **ALLOCATION, rollout_allocation="history", dynamic_sampling=True)

@@ -33,6 +33,10 @@ SCENARIOS = {
         (3, 1.75),
         (7, 2.75),
     ),
+    # Screening rounds draw further batches (prompt 2's screen never varies): the checkpoints are at epoch ends.
+    "screen": (dict(max_steps=6, rollout_allocation="screen", screen_size=2), (3, 3.0), (5, 4.5)),
+    # Pools of 2..6 rollouts from the pass-rate history, which the checkpoints hold from the second epoch on.
+    "history": (dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6), (4, 2.0), (5, 3.0)),
 }
 
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from pods_rl.config_rules import check_allocation_wired
 from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.machine import describe_machine
 from pods_rl.precision import full_precision
@@ -193,7 +192,6 @@ def _train(
     replace = False if resume else check_output_dir(output_dir, overwrite=overwrite)
     task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
     args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
-    check_allocation_wired(args.rollout_allocation, section="trainer.")
     logs.route_libraries()
     eval_set = (
         task.test

@@ -459,7 +459,7 @@ def position_rollouts(prompts: list, trainer) -> dict:
 
 
 def run_allocation(out: Path, flags: str, **overrides) -> dict:
-    """Train on `flagged_dataset(flags)` in order with rollout allocation over pools of n = 4, m = 2, `position_rollouts`
+    """Train on `flagged_dataset(flags)` in order with rollout allocation, pools of n = 4, m = 2, `position_rollouts`
     and `flag_reward`. Returns what this process trained at each generation (prompts, tags, advantages), the logged
     allocation metrics and the histogram lines."""
     from pods_rl import PODSConfig, PODSTrainer

@@ -121,6 +121,14 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
     rule = "GRPO" if m == n else f"PODS ({args.selection_rule})"
     if args.dynamic_sampling:
         rule += f" with dynamic sampling (up to {args.max_generation_rounds} generation rounds of these per step)"
+    if args.rollout_allocation == "screen":
+        rule += (
+            f" with screening ({args.screen_size} rollouts per candidate, up to {args.max_generation_rounds} rounds; "
+            f"those that pass extended to n={n})"
+        )
+    elif args.rollout_allocation == "history":
+        largest = args.max_rollouts_per_prompt or n
+        rule += f" with rollouts per prompt from each prompt's pass-rate history ({m}..{largest} each)"
     stop = f"{args.max_steps} steps" + (f" or {settings.time_budget:g} s of training" if settings.time_budget else "")
     every = settings.eval.every_seconds
     schedule = (

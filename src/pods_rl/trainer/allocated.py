@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -42,9 +42,6 @@ from pods_rl.core.allocation import (
 )
 from pods_rl.core.dynamic_sampling import another_round_needed
 from pods_rl.trainer.pools import selection_scores
-
-if TYPE_CHECKING:
-    from pods_rl.trainer.trainer import PODSTrainer
 
 STATE_FILE = "pods_allocation_state.pt"  # the pass-rate history, written by the main process into each checkpoint
 HISTOGRAM_FILE = "rollouts_per_prompt.jsonl"  # one line per generation: how many prompts got 0, 1, 2, ... rollouts
@@ -64,7 +61,7 @@ class Pool:
 class RolloutAllocator:
     """The allocation of one trainer: builds each step's pool, keeps the history, saves and restores it."""
 
-    def __init__(self, trainer: PODSTrainer):
+    def __init__(self, trainer: Any):  # a PODSTrainer (not imported: it imports this module)
         args = trainer.args
         self.trainer = trainer
         self.mode = args.rollout_allocation

@@ -186,3 +186,20 @@ def test_two_processes_plan_every_process_alike(tmp_path):
         for process in range(2):
             run = json.loads((tmp_path / f"{mode}-rank{process}.json").read_text())
             check_generations(run, expected, process, TWO_PROCESS_FLAGS)
+
+
+def test_the_batch_row_budget_spreads_each_process_rows_over_variable_pools(tmp_path):
+    """`selection_budget="batch"` over pools of 2..6 (padding never chosen): the step's 4 rows go to the prompts
+    whose rewards vary (0 or 2.. of each), and a constant prompt, when trained, gets none."""
+    run = run_allocation(
+        tmp_path, FLAGS, per_device_train_batch_size=4, generation_budget=BUDGET, selection_budget="batch", **HISTORY
+    )
+    expected = simulate_history(FLAGS, processes=1, groups=2, steps=8, settings=HISTORY)
+    assert run["pods/rollouts_trained"] == [4.0] * 8
+    assert run["pods/rollouts_generated"] == [float(BUDGET)] * 8
+    for generation, step in zip(run["generations"], expected, strict=True):
+        varied = [name(i, FLAGS) for i in step["trained"][0] if FLAGS[i] == "1"]
+        assert len(generation["prompts"]) == 4
+        if varied:  # every row goes to a varying pool; a tag's position names a real rollout of it
+            assert set(generation["prompts"]) == set(varied)
+            assert all(tag % 100 < 6 for tag in generation["tags"])

@@ -111,11 +111,6 @@ def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
                 raise ValueError(
                     f"{section}{name} is an option of rollout_allocation={wanted}, got rollout_allocation={mode!r}."
                 )
-    if mode != "none" and values["dynamic_sampling"]:
-        raise ValueError(
-            f"{section}rollout_allocation={mode!r} with dynamic_sampling=True is not supported yet: each already drops "
-            "or skips the prompts whose rewards do not vary; set one of them."
-        )
     threshold = values["success_threshold"]
     if threshold is not None and not math.isfinite(threshold):
         raise ValueError(

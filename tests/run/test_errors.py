@@ -137,10 +137,6 @@ CASES = {
         lambda tmp: [*ALLOCATE_HISTORY, "--set", "trainer.generation_budget=1"],
         ["trainer.generation_budget (1) is below the rows trained per generation"],
     ),
-    "allocation with dynamic sampling": (
-        lambda tmp: [*ALLOCATE_SCREEN, "--set", "trainer.screen_size=2", "--set", "trainer.dynamic_sampling=true"],
-        ["trainer.rollout_allocation='screen' with dynamic_sampling=True is not supported yet"],
-    ),
 }
 
 

@@ -34,13 +34,18 @@ def batches(flags: str, size: int) -> list[list[int]]:
     return [list(range(start, start + size)) for start in range(0, len(flags) - size + 1, size)]
 
 
-def simulate_screen(flags: str, processes: int, groups: int, k: int, max_rounds: int, steps: int) -> list[dict]:
+def simulate_screen(
+    flags: str, processes: int, groups: int, k: int, max_rounds: int, steps: int, dynamic_sampling: bool = False
+) -> list[dict]:
     """Per step: each process's trained prompts and pool sizes, the rounds and the rollouts generated, by the rules:
     candidates in data order, a screen passes when it varies (a `v` prompt), the first G that pass are trained, then
-    the others in order; every process extends the most that passed on any process."""
+    the others in order; every process extends the most that passed on any process. With dynamic sampling, such
+    screening steps repeat on further data while a process trains a pool that does not vary (a `c` prompt), and the
+    first G varying pools of the rounds are trained, filled with the last round's others."""
     data, position, result = batches(flags, processes * groups), 0, []
-    while len(result) < steps:
-        position %= len(data)
+
+    def screen_step() -> dict:
+        nonlocal position
         rounds: list[list[int]] = []
         while True:
             rounds.append(data[position])
@@ -51,16 +56,42 @@ def simulate_screen(flags: str, processes: int, groups: int, k: int, max_rounds:
                 break
         chosen = [(p + [i for i in c if i not in p])[:groups] for p, c in zip(passed, candidates, strict=True)]
         extend = max(min(len(p), groups) for p in passed)
-        result.append(
-            {
-                "trained": chosen,
-                "sizes": [[N if g < extend else k for g in range(groups)] for _ in range(processes)],
-                "rounds": len(rounds),
-                "generated": processes * (len(rounds) * groups * k + extend * (N - k)),
-                "extended": processes * extend,
-                "filled": sum(groups - min(len(p), groups) for p in passed),
+        return {
+            "trained": chosen,
+            "sizes": [[N if g < extend else k for g in range(groups)] for _ in range(processes)],
+            "rounds": len(rounds),
+            "generated": processes * (len(rounds) * groups * k + extend * (N - k)),
+            "extended": processes * extend,
+            "filled": sum(groups - min(len(p), groups) for p in passed),
+        }
+
+    while len(result) < steps:
+        position %= len(data)
+        step = screen_step()
+        ds_rounds = [step]
+        while dynamic_sampling:
+            kept = [[i for r in ds_rounds for i in r["trained"][p] if flags[i] == "1"] for p in range(processes)]
+            if min(map(len, kept)) >= groups or len(ds_rounds) == max_rounds or position == len(data):
+                break
+            ds_rounds.append(screen_step())
+        if len(ds_rounds) > 1:
+            trained, sizes, last = [], [], ds_rounds[-1]
+            for p in range(processes):
+                pools = [(i, size) for r in ds_rounds for i, size in zip(r["trained"][p], r["sizes"][p], strict=True)]
+                varied = [pool for pool in pools if flags[pool[0]] == "1"][:groups]
+                fill = [
+                    pool for pool in zip(last["trained"][p], last["sizes"][p], strict=True) if flags[pool[0]] == "0"
+                ]
+                chosen = varied + fill[: groups - len(varied)]
+                trained.append([i for i, _ in chosen])
+                sizes.append([size for _, size in chosen])
+            step = {
+                "trained": trained,
+                "sizes": sizes,
+                **{key: sum(r[key] for r in ds_rounds) for key in ("rounds", "generated", "extended")},
+                "filled": sum(flags[i] == "0" for prompts in trained for i in prompts),
             }
-        )
+        result.append(step)
     return result
 
 
@@ -147,6 +178,25 @@ def test_screen_trains_the_prompts_that_pass_and_extends_them(tmp_path, k):
     assert run["pods/prompts_filled"] == [float(s["filled"]) for s in expected] == [1.0, 0.0, 1.0, 1.0]
 
 
+def test_screen_with_dynamic_sampling_screens_again_before_filling(tmp_path):
+    """Each screening step is a round of dynamic sampling: while a trained pool does not vary, another screening
+    step runs on further data, and its varying pools replace the fills."""
+    run = run_allocation(
+        tmp_path,
+        FLAGS,
+        rollout_allocation="screen",
+        screen_size=2,
+        per_device_train_batch_size=4,
+        dynamic_sampling=True,
+        max_generation_rounds=2,
+    )
+    expected = simulate_screen(FLAGS, processes=1, groups=2, k=2, max_rounds=2, steps=4, dynamic_sampling=True)
+    alone = simulate_screen(FLAGS, processes=1, groups=2, k=2, max_rounds=2, steps=4)
+    assert sum(s["filled"] for s in expected) < sum(s["filled"] for s in alone)  # the case shows the difference
+    check_generations(run, expected, 0, FLAGS)
+    assert run["pods/prompts_filled"] == [float(s["filled"]) for s in expected]
+
+
 def test_a_screen_smaller_than_m_extends_every_trained_prompt(tmp_path):
     """k = 2 < m = 3: no screen alone can be trained, so all G are extended (n = 4, m = 3, 6 rows: G = 2)."""
     run = run_allocation(
@@ -182,7 +232,11 @@ def test_two_processes_plan_every_process_alike(tmp_path):
     screen = simulate_screen(TWO_PROCESS_FLAGS, processes=2, groups=2, k=2, max_rounds=3, steps=4)
     history = simulate_history(TWO_PROCESS_FLAGS, processes=2, groups=2, steps=8, settings=HISTORY)
     assert [s["extended"] for s in screen] == [4, 2, 4, 2]  # process 1 extends a fill, then both extend 1
-    for mode, expected in (("screen", screen), ("history", history)):
+    screen_ds = simulate_screen(
+        TWO_PROCESS_FLAGS, processes=2, groups=2, k=2, max_rounds=2, steps=4, dynamic_sampling=True
+    )
+    assert [s["generated"] for s in screen_ds] != [s["generated"] for s in screen]  # dynamic sampling screened again
+    for mode, expected in (("screen", screen), ("screen-ds", screen_ds), ("history", history)):
         for process in range(2):
             run = json.loads((tmp_path / f"{mode}-rank{process}.json").read_text())
             check_generations(run, expected, process, TWO_PROCESS_FLAGS)

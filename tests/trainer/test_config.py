@@ -240,11 +240,6 @@ def test_allocation_with_tools_is_refused_before_the_model_loads(tmp_path):
         PODSTrainer(model="no/such-model", reward_funcs=[], args=args, tools=[len])
 
 
-def test_allocation_with_dynamic_sampling_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"rollout_allocation='history' with dynamic_sampling=True is not supported"):
-        make(tmp_path, **ALLOCATION, rollout_allocation="history", dynamic_sampling=True)
-
-
 def test_the_largest_generation_call_sizes_the_vllm_engine(tmp_path):
     """A colocated vLLM engine is sized to the most rows one call generates: the pool, or a history budget's share."""
     from pods_rl.trainer.vllm import pool_rows_per_engine

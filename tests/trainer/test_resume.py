@@ -37,6 +37,17 @@ SCENARIOS = {
     "screen": (dict(max_steps=6, rollout_allocation="screen", screen_size=2), (3, 3.0), (5, 4.5)),
     # Pools of 2..6 rollouts from the pass-rate history, which the checkpoints hold from the second epoch on.
     "history": (dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6), (4, 2.0), (5, 3.0)),
+    # Each allocated step is a round of dynamic sampling; the rounds use up an epoch a step.
+    "screen-dynamic-sampling": (
+        dict(max_steps=5, rollout_allocation="screen", screen_size=2, dynamic_sampling=True),
+        (2, 2.0),
+        (4, 4.0),
+    ),
+    "history-dynamic-sampling": (
+        dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6, dynamic_sampling=True),
+        (4, 4.0),
+        (5, 5.0),
+    ),
 }
 
 

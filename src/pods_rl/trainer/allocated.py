@@ -40,7 +40,7 @@ from pods_rl.core.allocation import (
     screen_passes,
     size_histogram,
 )
-from pods_rl.core.dynamic_sampling import another_round_needed
+from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
 from pods_rl.trainer.pools import selection_scores
 
 STATE_FILE = "pods_allocation_state.pt"  # the pass-rate history, written by the main process into each checkpoint
@@ -106,10 +106,28 @@ class RolloutAllocator:
 
     # ------------------------------------------------------------------ building the pool
     def build(self, prompts: list, inputs: list) -> Pool:
-        """The step's pool from the loop's batch (`prompts`, `inputs`: this process's rows, n per prompt)."""
-        n = self.trainer.pool_size
+        """The step's pool from the loop's batch (`prompts`, `inputs`: this process's rows, n per prompt).
+
+        With `dynamic_sampling`, each allocated step is one round of dynamic sampling: the trained pools whose
+        scores are all equal are dropped, and further allocated steps (on further batches of the data) run until
+        every process holds its groups, or `max_generation_rounds` rounds ran, or the epoch ends; a process still
+        short fills up with the last round's dropped pools (`dynamic_sampling.plan_groups`)."""
+        trainer = self.trainer
+        n, processes = trainer.pool_size, trainer.accelerator.num_processes
         candidates = inputs[::n]
-        return self._screen(candidates) if self.mode == "screen" else self._from_history(candidates)
+        steps, masks = [], []
+        while True:
+            steps.append(self._screen(candidates) if self.mode == "screen" else self._from_history(candidates))
+            if not trainer.args.dynamic_sampling:
+                return steps[0]
+            masks.append(informative_groups(self._pool_scores(steps[-1])).view(processes, -1))
+            if not another_round_needed(masks, trainer.args.max_generation_rounds):
+                break
+            batch = trainer._data_stream.draw()
+            if batch is None:  # the epoch has no generation batch left (on every process alike)
+                break
+            candidates = batch[::n]
+        return self._merged(steps, masks, plan_groups(masks))
 
     def _candidate_rounds(self, first: list[dict], decide) -> list[list[dict]]:
         """The rounds' candidates (this process's): the loop's, then drawn batches while `decide(round)` (called on
@@ -164,6 +182,7 @@ class RolloutAllocator:
             "extended": processes * extend,
             "filled": sum(int((~plan.qualified).sum()) for plan in plans),
             "trained": processes * groups,
+            "prompts_generated": processes * groups * len(rounds),
         }
         return self._pool(calls, pools, stats)
 
@@ -216,13 +235,53 @@ class RolloutAllocator:
             "filled": sum(int((~plan.qualified).sum()) for plan, _ in plans),
             "trained": processes * groups,
             "candidates": processes * groups * len(rounds),
+            "prompts_generated": processes * groups,
         }
         pool = self._pool([call], pools, stats)
         # The history learns from every trained prompt's pool, in global order (the same on every process).
+        history.observe([key for _, chosen in plans for key in chosen], self._pool_scores(pool))
+        return pool
+
+    def _pool_scores(self, pool: Pool) -> torch.Tensor:
+        """(P * G, K) selection scores of a pool's layout, NaN at the padding."""
         padded = pool.rewards[pool.layout.clamp(min=0).flatten()]
         padded[(pool.layout < 0).flatten()] = torch.nan
-        history.observe([key for _, chosen in plans for key in chosen], self._scores(padded, pool.layout.shape[1]))
-        return pool
+        return self._scores(padded, pool.layout.shape[1])
+
+    def _merged(self, steps: list[Pool], masks: list[torch.Tensor], plan: torch.Tensor) -> Pool:
+        """One pool of the dynamic-sampling rounds' pools: every round's rows (call order), and the (round, group)
+        that `plan` (P, G, 2) gives each process's slots."""
+        processes, groups = plan.shape[:2]
+        sizes = [len(step.columns["prompt"]) for step in steps]  # this process's rows of each round
+        total, offsets = sum(sizes), torch.tensor([0, *sizes[:-1]]).cumsum(0).tolist()
+        columns = {}
+        for key in dict.fromkeys(key for step in steps for key in step.columns):
+            values = [
+                v for step, size in zip(steps, sizes, strict=True) for v in (step.columns.get(key) or [None] * size)
+            ]
+            columns[key] = None if all(value is None for value in values) else values
+        rewards = torch.cat(
+            [step.rewards.view(processes, size, -1) for step, size in zip(steps, sizes, strict=True)], 1
+        )
+        largest = max(step.layout.shape[1] for step in steps)
+        layout = torch.full((processes * groups, largest), -1, dtype=torch.int64)
+        for p in range(processes):
+            for g, (r, group) in enumerate(plan[p].tolist()):
+                rows = steps[r].layout[p * groups + group]
+                rows = rows[rows >= 0] - p * sizes[r] + offsets[r] + p * total  # into the merged, process-major rows
+                layout[p * groups + g, : len(rows)] = rows
+        summed = ("rounds", "screened", "extended", "generated", "prompts_generated")
+        stats = {key: sum(step.stats[key] for step in steps) for key in summed}
+        candidates = sum(step.stats.get("candidates", step.stats["screened"]) for step in steps)
+        informative = torch.stack(masks)  # (rounds, P, G)
+        stats.update(
+            trained=processes * groups,
+            candidates=candidates,
+            filled=sum(int(not informative[r, p, g]) for p in range(processes) for r, g in plan[p].tolist()),
+            sizes=(layout >= 0).sum(dim=1),
+            dynamic_rounds=len(steps),
+        )
+        return Pool(columns, steps[0].extra_fields, rewards.view(processes * total, -1), layout, stats)
 
     def _scores(self, rewards: torch.Tensor, size: int) -> torch.Tensor:
         """(groups, size) selection scores of gathered rewards, `size` consecutive rows per group."""
@@ -270,9 +329,8 @@ class RolloutAllocator:
         metrics["pods/rollouts_per_prompt_mean"].append(sizes.double().mean().item())
         metrics["pods/rollouts_per_prompt_max"].append(float(sizes.max()))
         # What the comparison's refill table reads (as dynamic sampling's): rounds, prompts generated for, dropped.
-        generated_for = candidates if self.mode == "screen" else stats["trained"]
         metrics["pods/generation_rounds"].append(float(stats["rounds"]))
-        metrics["pods/prompts_generated"].append(float(generated_for))
+        metrics["pods/prompts_generated"].append(float(stats["prompts_generated"]))
         metrics["pods/groups_dropped_frac"].append(1.0 - stats["trained"] / candidates)
         metrics["pods/rollouts_per_trained_row"].append(stats["generated"] / metrics["pods/rollouts_trained"][-1])
         trainer = self.trainer

@@ -79,8 +79,9 @@ class PODSConfig(GRPOConfig):
             draws from the history).
 
         Rollout allocation (`pods_rl.core.allocation` decides, `pods_rl.trainer.allocated` generates; see
-        docs/allocation.md): how many rollouts each prompt gets, instead of n for every prompt. Off by default. Not
-        with dynamic_sampling, tools, environments or images (refused in one line).
+        docs/allocation.md): how many rollouts each prompt gets, instead of n for every prompt. Off by default. With
+        `dynamic_sampling`, each allocated step is one round of dynamic sampling (pools that do not vary are dropped
+        and further allocated steps run). Not with tools, environments or images (refused in one line).
 
         rollout_allocation (`str`, defaults to `"none"`):
             `"screen"` (SPEED-RL, arXiv 2506.09016): screen candidate prompts with `screen_size` rollouts each, extend

@@ -522,7 +522,7 @@ class PODSTrainer(GRPOTrainer):
         self._log_selection(
             scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
         )
-        if self.args.dynamic_sampling:
+        if self.args.dynamic_sampling and allocated is None:
             self._log_dynamic_sampling()
         if allocated is not None:
             self._allocator.log(self._metrics["train"], allocated.stats, float(gathered[:, 0].sum()))

@@ -257,3 +257,16 @@ def test_the_batch_row_budget_spreads_each_process_rows_over_variable_pools(tmp_
         if varied:  # every row goes to a varying pool; a tag's position names a real rollout of it
             assert set(generation["prompts"]) == set(varied)
             assert all(tag % 100 < 6 for tag in generation["tags"])
+
+
+def test_a_resumed_run_drops_the_histogram_lines_after_its_checkpoint(tmp_path):
+    """Lines of steps after the checkpoint (and one torn by a kill) are dropped: the resumed run writes them again."""
+    from types import SimpleNamespace
+
+    from pods_rl.trainer.allocated import HISTOGRAM_FILE, RolloutAllocator
+
+    args = SimpleNamespace(rollout_allocation="screen", output_dir=str(tmp_path), should_save=True)
+    lines = [json.dumps({"step": step, "histogram": [0, 0, 2]}) for step in range(1, 6)]
+    (tmp_path / HISTOGRAM_FILE).write_text("\n".join(lines) + '\n{"step": 6, "hist')
+    RolloutAllocator(SimpleNamespace(args=args)).load(tmp_path / "checkpoint-3", step=3)
+    assert (tmp_path / HISTOGRAM_FILE).read_text() == "\n".join(lines[:3]) + "\n"

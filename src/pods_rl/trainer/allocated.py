@@ -15,6 +15,7 @@ What a step builds, with G = the prompts each process trains per generation and 
   every process holds G candidates not skipped (or `max_generation_rounds`, or the epoch's end). Each process plans
   its G prompts' sizes (m..`max_rollouts_per_prompt`) by an exact knapsack adding up to its share of
   `generation_budget`, and generates them in one call; the gathered scores are added to the history, in global order.
+- With `dynamic_sampling`, each such step is one round of dynamic sampling (`RolloutAllocator.build`).
 
 Every generation call generates the same number of rows on every process (TRL's reward gather, vLLM server
 slicing and ZeRO-3 generation need it). The result is one flat list of this process's rows (the calls' rows, in call
@@ -26,6 +27,7 @@ no row moves.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +102,7 @@ class RolloutAllocator:
             self.history.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         histogram = Path(self.trainer.args.output_dir) / HISTOGRAM_FILE
         if self.trainer.args.should_save and histogram.is_file():
-            lines = [line for line in histogram.read_text().splitlines() if line.strip()]
-            kept = [line for line in lines if json.loads(line)["step"] <= step]
+            kept = [line for line in histogram.read_text().splitlines() if _histogram_step(line) <= step]
             histogram.write_text("".join(f"{line}\n" for line in kept))
 
     # ------------------------------------------------------------------ building the pool
@@ -343,6 +344,14 @@ class RolloutAllocator:
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a") as file:
                 file.write(json.dumps(line) + "\n")
+
+
+def _histogram_step(line: str) -> float:
+    """The step of a histogram line; infinite for a line torn by a kill (dropped on resume)."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf
 
 
 def _repeated(rows: list[dict], times: int) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import socket
@@ -385,6 +386,8 @@ TWO_PROCESS_RESUMES = {
         7,
         (4, 2),
     ),
+    "screen": ("11011101", dict(max_steps=6, rollout_allocation="screen", screen_size=2), 3, 5, (4, 1)),
+    "history": ("11011101", dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6), 3, 5, (4, 1)),
 }
 
 
@@ -435,4 +438,70 @@ def run_resumable(
         "epochs": [entry["epoch"] for entry in history],
         "rounds": [entry.get("pods/generation_rounds", 1.0) for entry in history],
         "params": {k: _full_tensor(v).tolist() for k, v in trainer.model.state_dict().items()},
+    }
+
+
+def position_rollouts(prompts: list, trainer) -> dict:
+    """A `rollout_func` for rollout allocation on `flagged_dataset` prompts: each row's tag is `100 * k + i`, where i
+    is the row's position among the consecutive rows of its prompt in this call (a screen's 0..k-1, an extension's
+    0..n-k-1, a history pool's 0..size-1), and its rollout `scripted_rollout(tag)`; with `flag_reward`, a `v` prompt's
+    rows of one call vary, a `c` prompt's are all 1."""
+    tokenizer, tags = trainer.processing_class, []
+    for i, prompt in enumerate(prompts):
+        tags.append(tags[-1] + 1 if i and prompts[i - 1] == prompt else 100 * int(prompt[1:3]))
+    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
+    return {
+        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
+        "completion_ids": list(completions),
+        "logprobs": list(logprobs),
+        "row_tag": tags,
+    }
+
+
+def run_allocation(out: Path, flags: str, **overrides) -> dict:
+    """Train on `flagged_dataset(flags)` in order with rollout allocation, pools of n = 4, m = 2, `position_rollouts`
+    and `flag_reward`. Returns what this process trained at each generation (prompts, tags, advantages), the logged
+    allocation metrics and the histogram lines."""
+    from pods_rl import PODSConfig, PODSTrainer
+
+    settings = {**dict(num_generations=4, num_selected=2, shuffle_dataset=False, max_steps=4), **overrides}
+    tokenizer = char_tokenizer()
+    trainer = PODSTrainer(
+        model=tiny_llama(tokenizer),
+        reward_funcs=flag_reward,
+        args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
+        train_dataset=flagged_dataset(flags),
+        processing_class=tokenizer,
+        rollout_func=position_rollouts,
+    )
+    generations = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        generations.append(
+            {
+                "prompts": [row["prompt"] for row in inputs],
+                "tags": [row["row_tag"] for row in inputs],
+                "advantages": output["advantages"].tolist(),
+            }
+        )
+        return output
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    names = [
+        "pods/rollouts_generated",
+        "pods/rollouts_trained",
+        "pods/allocation_rounds",
+        "pods/prompts_extended",
+        "pods/prompts_skipped",
+        "pods/prompts_filled",
+        "pods/rollouts_per_prompt_max",
+    ]
+    histogram = out / "rollouts_per_prompt.jsonl"
+    return {
+        "generations": generations,
+        **{name: [entry[name] for entry in trainer.state.log_history if name in entry] for name in names},
+        "histogram": [json.loads(line) for line in histogram.read_text().splitlines()] if histogram.exists() else [],
     }

@@ -156,16 +156,6 @@ def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
             raise ValueError(f"{section}history_decay must be in (0, 1] (1: every epoch counts alike), got {decay}.")
 
 
-def check_allocation_wired(rollout_allocation: str, *, section: str = "") -> None:
-    """Rollout allocation is configured and checked, but PODSTrainer does not run it yet: refuse it in one line rather
-    than train without it. (The trainer integration replaces this check.)"""
-    if rollout_allocation != "none":
-        raise ValueError(
-            f"{section}rollout_allocation={rollout_allocation!r}: allocation is not wired into the trainer yet "
-            "(only its core, pods_rl.core.allocation, exists); set rollout_allocation='none'."
-        )
-
-
 def check_vllm(use_vllm: bool, *, section: str = "") -> None:
     """Generation with vLLM needs vLLM installed (`make vllm`'s environment)."""
     from pods_rl.versions import vllm_installed  # here: the core imports this module and needs no transformers

@@ -17,10 +17,11 @@ from pods_rl.compare import runner as compare_runner
 from pods_rl.compare import settings as settings_module
 from pods_rl.compare import tuning as compare_tuning
 from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
-from pods_rl.compare.measures import summarize
+from pods_rl.compare.measures import PERMUTATION_MEASURES, summarize
 from pods_rl.compare.render import comparison_markdown, write_comparison
 from pods_rl.compare.runner import plan_table
 from pods_rl.compare.settings import resolve_compare
+from pods_rl.compare.statistics import seeds_to_resolve
 
 runner = CliRunner()
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -453,6 +454,8 @@ def test_unknown_arm_is_rejected():
         "compare-smollm2-cpu.yaml",
         "compare-smollm2-sums.yaml",
         "compare-smollm2-3term.yaml",
+        "compare-allocation-tiny.yaml",
+        "compare-allocation-3term.yaml",
     ],
 )
 def test_shipped_compare_configs_resolve(name, monkeypatch):
@@ -487,6 +490,29 @@ def test_three_term_compare_config_runs_the_papers_sizes():
     assert (run.trainer["learning_rate"], run.trainer["temperature"]) == (1e-5, 0.5)
     dynamic = {name: settings.arm_settings(name, 0).trainer.get("dynamic_sampling", False) for name in settings.arms}
     assert dynamic == {"grpo": False, "grpo-pool": False, "pods": False, "grpo-ds": True, "pods-ds": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "arms"),
+    [
+        (
+            "compare-allocation-tiny.yaml",
+            {"pods-screen": "screen", "pods-history": "history", "grpo-history": "history"},
+        ),
+        ("compare-allocation-3term.yaml", {"pods-screen": "screen", "grpo-screen": "screen"}),
+    ],
+)
+def test_allocation_compare_configs_race_allocation_against_grpo_pods_and_dynamic_sampling(name, arms):
+    settings = resolve_compare(CONFIGS / name, [])
+    assert {"grpo", "pods", "grpo-ds", "pods-ds"} | set(arms) == set(settings.arms)
+    assert len(settings.seeds) >= seeds_to_resolve(PERMUTATION_MEASURES * (len(settings.arms) - 1))
+    assert set(settings.tuning_seeds).isdisjoint(settings.seeds) and len(settings.lr_grid) >= 3
+    trainers = {arm: settings.arm_settings(arm, 0).trainer for arm in settings.arms}
+    assert {arm: t.get("rollout_allocation", "none") for arm, t in trainers.items()} == {
+        arm: arms.get(arm, "none") for arm in settings.arms
+    }
+    # Every arm trains the same rows a step: GRPO's n = m = 4 rows of each of the step's prompts.
+    assert {t["per_device_train_batch_size"] for t in trainers.values()} == {settings.prompts_per_step * settings.m}
 
 
 def test_budget_compare_config_runs_equal_steps_with_the_new_options():
@@ -786,3 +812,22 @@ def test_a_vllm_comparison_is_read_where_vllm_is_missing_but_resumed_only_with_i
     resumed = runner.invoke(app, ["compare", "--resume", str(out)])
     assert resumed.exit_code != 0
     assert "trainer.use_vllm=True needs vLLM, which this environment lacks" in " ".join(resumed.output.split())
+
+
+def test_allocation_arms_run_end_to_end_from_the_shipped_config(tiny_model_dir, tmp_path):
+    """Two arms of configs/compare-allocation-tiny.yaml (GRPO, PODS from the history; screening is run in the
+    trainer tests), three steps each: the allocation's rollouts are what the comparison counts and prices."""
+    out = tmp_path / "cmp"
+    args = ["compare", "--config", str(CONFIGS / "compare-allocation-tiny.yaml"), "--model", str(tiny_model_dir)]
+    args += ["--output-dir", str(out), "--arm", "grpo", "--arm", "pods-history", "--seed", "0", "-n", "4", "-m", "2"]
+    args += ["--prompts-per-step", "2", "--time-budget", "600", *QUICK, "--set", "target_accuracy=0.01"]
+    args += ["--set", "lr_grid=null", "--set", "tuning_seeds=null"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    arms = json.loads((out / "comparison.json").read_text())["arms"]
+    config = yaml.safe_load((out / "pods-history" / "seed-0" / "config.yaml").read_text())["trainer"]
+    assert (config["rollout_allocation"], config["max_rollouts_per_prompt"]) == ("history", 32)
+    # 2 prompts of 2..32 rollouts adding up to the default budget, n = 4 per prompt: 8 a step, 2 x 2 rows trained.
+    assert arms["pods-history"]["per_step"]["rollouts_generated"] == 8
+    assert arms["pods-history"]["totals"]["rollouts_trained"] == 3 * 4
+    assert arms["pods-history"]["dynamic_sampling"]["generation_rounds"] >= 1

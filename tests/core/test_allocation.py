@@ -441,6 +441,24 @@ def test_plan_from_history_skips_then_fills_then_allocates():
     assert plan.qualified.tolist() == [not expected_skips[i] for i in plan.chosen.tolist()]
 
 
+def test_plan_from_history_takes_skips_drawn_before_without_drawing():
+    """A trainer draws the skips round by round for every process's candidates, then plans each process with them:
+    the same plan as drawing them there, and the history's generator does not move."""
+    history = PassRateHistory(exploration=0.0, seed=5)
+    ids = [prompt_id(i) for i in range(6)]
+    history.observe(ids[::2], torch.ones(3, 8))
+    drawn = history.draw_skips(ids, 8)
+    state = history.generator.get_state()
+    plan, skipped = plan_from_history(history, ids, 4, [4, 8], 24, 4, skip_at=8, skipped=drawn)
+    assert torch.equal(history.generator.get_state(), state) and torch.equal(skipped, drawn)
+    replay = PassRateHistory(exploration=0.0, seed=5)
+    replay.observe(ids[::2], torch.ones(3, 8))
+    again, _ = plan_from_history(replay, ids, 4, [4, 8], 24, 4, skip_at=8)
+    assert [t.tolist() for t in plan] == [t.tolist() for t in again]
+    with pytest.raises(ValueError, match=r"skipped must be a \(6,\) bool tensor"):
+        plan_from_history(history, ids, 4, [4, 8], 24, 4, skip_at=8, skipped=drawn[:3])
+
+
 def test_plan_from_history_errors():
     history = PassRateHistory()
     with pytest.raises(ValueError, match="every size must hold the m = 4 rollouts"):

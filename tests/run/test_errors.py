@@ -137,10 +137,6 @@ CASES = {
         lambda tmp: [*ALLOCATE_HISTORY, "--set", "trainer.generation_budget=1"],
         ["trainer.generation_budget (1) is below the rows trained per generation"],
     ),
-    "allocation not wired yet": (
-        lambda tmp: ["-n", "8", "-m", "4", *ALLOCATE_SCREEN, "--set", "trainer.screen_size=2"],
-        ["trainer.rollout_allocation='screen': allocation is not wired into the trainer yet"],
-    ),
 }
 
 

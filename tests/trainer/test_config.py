@@ -230,11 +230,23 @@ def test_generation_budget_is_shared_by_the_processes(tmp_path, monkeypatch):
         make(tmp_path, **{**settings, "per_device_train_batch_size": 2})
 
 
-def test_the_trainer_refuses_allocation_until_it_is_wired(tmp_path):
-    """Configured allocation must not be silently ignored: PODSTrainer refuses it in one line, before it loads
-    anything (the model here is a name that would fail to load)."""
+def test_allocation_with_tools_is_refused_before_the_model_loads(tmp_path):
+    """Allocation generates its own calls of the pool: tools and environments are refused in one line, before
+    anything loads (the model here is a name that would fail to load)."""
     from pods_rl import PODSTrainer
 
     args = make(tmp_path, **ALLOCATION, rollout_allocation="screen", screen_size=2)
-    with pytest.raises(ValueError, match=r"rollout_allocation='screen': allocation is not wired into the trainer yet"):
-        PODSTrainer(model="no/such-model", reward_funcs=[], args=args)
+    with pytest.raises(ValueError, match=r"rollout_allocation='screen' supports neither tools nor environment_factory"):
+        PODSTrainer(model="no/such-model", reward_funcs=[], args=args, tools=[len])
+
+
+def test_the_largest_generation_call_sizes_the_vllm_engine(tmp_path):
+    """A colocated vLLM engine is sized to the most rows one call generates: the pool, or a history budget's share."""
+    from pods_rl.trainer.vllm import pool_rows_per_engine
+
+    plain = make(tmp_path, **ALLOCATION)
+    assert plain.largest_generation_call == plain.local_pool_size == 16  # 2 prompts x n = 8
+    history = make(
+        tmp_path, **ALLOCATION, rollout_allocation="history", generation_budget=24, max_rollouts_per_prompt=16
+    )
+    assert history.largest_generation_call == pool_rows_per_engine(history) == 24

@@ -33,6 +33,21 @@ SCENARIOS = {
         (3, 1.75),
         (7, 2.75),
     ),
+    # Screening rounds draw further batches (prompt 2's screen never varies): the checkpoints are at epoch ends.
+    "screen": (dict(max_steps=6, rollout_allocation="screen", screen_size=2), (3, 3.0), (5, 4.5)),
+    # Pools of 2..6 rollouts from the pass-rate history, which the checkpoints hold from the second epoch on.
+    "history": (dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6), (4, 2.0), (5, 3.0)),
+    # Each allocated step is a round of dynamic sampling; the rounds use up an epoch a step.
+    "screen-dynamic-sampling": (
+        dict(max_steps=5, rollout_allocation="screen", screen_size=2, dynamic_sampling=True),
+        (2, 2.0),
+        (4, 4.0),
+    ),
+    "history-dynamic-sampling": (
+        dict(max_steps=6, rollout_allocation="history", max_rollouts_per_prompt=6, dynamic_sampling=True),
+        (4, 4.0),
+        (5, 5.0),
+    ),
 }
 
 
@@ -75,16 +90,24 @@ def test_resumed_twice_equals_the_uninterrupted_run(name, uninterrupted, tmp_pat
 
 
 @pytest.mark.slow
-def test_checkpoint_after_a_reward_failure_resumes_the_failed_step(uninterrupted, tmp_path):
-    """A reward function fails in the second generation round (a refill) of step 5: the checkpoint of step 4 holds
-    the data position and random states step 5 began with, so the resumed run repeats step 5 as it first began."""
-    settings = SCENARIOS["dynamic-sampling"][0]
-    full = uninterrupted("dynamic-sampling")
-    assert full["rounds"][4] == 2.0  # step 5 refilled
-    failed = run_resumable(tmp_path / "run", FLAGS, reward=failing_once(step=4, call=2), **settings)
-    assert failed["step"] == 4
+@pytest.mark.parametrize(
+    ("name", "step", "call"),
+    [("dynamic-sampling", 4, 2), ("screen", 3, 2), ("history", 4, 1)],
+    ids=["dynamic-sampling-refill", "screen-second-round", "history-after-skip-draws"],
+)
+def test_checkpoint_after_a_reward_failure_resumes_the_failed_step(uninterrupted, tmp_path, name, step, call):
+    """A reward function fails in step `step + 1`: in dynamic sampling's refill, in screening's second round, or in
+    the history's generation after two rounds of skip draws. The checkpoint of step `step` holds the data position,
+    the random states and the pass-rate history that step began with, so the resumed run repeats it as it began."""
+    settings = SCENARIOS[name][0]
+    full = uninterrupted(name)
+    assert full["rounds"][step] == 2.0  # the failing step ran two rounds
+    failed = run_resumable(tmp_path / "run", FLAGS, reward=failing_once(step=step, call=call), **settings)
+    assert failed["step"] == step
     assert "Reward function 'flaky_reward' raised ZeroDivisionError: a transient failure" in failed["failure"]
-    resumed = run_resumable(tmp_path / "resumed", FLAGS, resume_from=tmp_path / "run" / "checkpoint-4", **settings)
+    resumed = run_resumable(
+        tmp_path / "resumed", FLAGS, resume_from=tmp_path / "run" / f"checkpoint-{step}", **settings
+    )
     assert_same_training(resumed, full)
 
 

@@ -503,6 +503,7 @@ def plan_from_history(
     *,
     skip_at: int,
     objective: str = "variance",
+    skipped: torch.Tensor | None = None,
 ) -> tuple[StepPlan, torch.Tensor]:
     """Plan one process's step from the history of its P candidates (in order); returns the plan and the (P,) skips.
 
@@ -511,7 +512,8 @@ def plan_from_history(
     skipped ones, the least likely to be all-equal first (then in candidate order): they are generated anyway, as
     exploration. Knapsack RL's step: the trained candidates' sizes come from `allocate` over `sizes` (all >= m, so
     that selection keeps m of each), adding up to exactly `budget` rollouts (so that every process, spending the same
-    budget, generates and gathers the same number of rows), on their Beta-posterior value tables.
+    budget, generates and gathers the same number of rows), on their Beta-posterior value tables. `skipped` (P,) bool:
+    the skips already drawn (a trainer draws them round by round, for every process's candidates), instead of drawing.
     """
     ids = _ids(prompt_ids)
     groups = _count("groups", groups)
@@ -520,7 +522,11 @@ def plan_from_history(
     sizes = _sizes(sizes)
     if sizes[0] < m:
         raise ValueError(f"every size must hold the m = {m} rollouts selection keeps, got {list(sizes)}")
-    skipped = history.draw_skips(ids, skip_at)
+    if skipped is None:
+        skipped = history.draw_skips(ids, skip_at)
+    elif skipped.shape != (len(ids),):
+        raise ValueError(f"skipped must be a ({len(ids)},) bool tensor, got {_describe(skipped)}")
+    skipped = skipped.to("cpu", torch.bool)
     probability = history.zero_variance_probability(ids, skip_at)
     # Rank: kept candidates in order (key 0), then skipped ones by predicted all-equal probability (keys in (1, 2]).
     key = torch.where(skipped, 1 + probability, 0.0)

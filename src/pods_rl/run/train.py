@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from pods_rl.config_rules import check_allocation_wired
 from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.machine import describe_machine
 from pods_rl.precision import full_precision
@@ -122,6 +121,14 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
     rule = "GRPO" if m == n else f"PODS ({args.selection_rule})"
     if args.dynamic_sampling:
         rule += f" with dynamic sampling (up to {args.max_generation_rounds} generation rounds of these per step)"
+    if args.rollout_allocation == "screen":
+        rule += (
+            f" with screening ({args.screen_size} rollouts per candidate, up to {args.max_generation_rounds} rounds; "
+            f"those that pass extended to n={n})"
+        )
+    elif args.rollout_allocation == "history":
+        largest = args.max_rollouts_per_prompt or n
+        rule += f" with rollouts per prompt from each prompt's pass-rate history ({m}..{largest} each)"
     stop = f"{args.max_steps} steps" + (f" or {settings.time_budget:g} s of training" if settings.time_budget else "")
     every = settings.eval.every_seconds
     schedule = (
@@ -193,7 +200,6 @@ def _train(
     replace = False if resume else check_output_dir(output_dir, overwrite=overwrite)
     task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
     args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
-    check_allocation_wired(args.rollout_allocation, section="trainer.")
     logs.route_libraries()
     eval_set = (
         task.test

@@ -75,10 +75,13 @@ class PODSConfig(GRPOConfig):
             `pods_rl.trainer.refill` for what it does to steps and epochs.
         max_generation_rounds (`int`, defaults to `3`):
             K: generation rounds per step at most with `dynamic_sampling`, the first one included (1 drops nothing,
-            it only fills). Also the screening rounds per step with `rollout_allocation="screen"`.
+            it only fills). Also the rounds of candidates per step with `rollout_allocation` (screens, or skip
+            draws from the history).
 
-        Rollout allocation (`pods_rl.core.allocation`; configured and checked, not yet run by `PODSTrainer`, which
-        refuses it): how many rollouts each prompt gets, instead of n for every prompt. Off by default.
+        Rollout allocation (`pods_rl.core.allocation` decides, `pods_rl.trainer.allocated` generates; see
+        docs/allocation.md): how many rollouts each prompt gets, instead of n for every prompt. Off by default. With
+        `dynamic_sampling`, each allocated step is one round of dynamic sampling (pools that do not vary are dropped
+        and further allocated steps run). Not with tools, environments or images (refused in one line).
 
         rollout_allocation (`str`, defaults to `"none"`):
             `"screen"` (SPEED-RL, arXiv 2506.09016): screen candidate prompts with `screen_size` rollouts each, extend
@@ -227,5 +230,13 @@ class PODSConfig(GRPOConfig):
 
     @property
     def local_pool_size(self) -> int:
-        """Rollouts each process generates per generation batch."""
+        """Rollouts each process generates per generation batch (without allocation)."""
         return self.per_device_train_batch_size * self.steps_per_generation * self.num_generations // self.num_selected
+
+    @property
+    def largest_generation_call(self) -> int:
+        """The most rows one process generates in one call: its pool, or with `rollout_allocation="history"` its
+        share of `generation_budget` when that is larger (a screen's calls are smaller than the pool)."""
+        if self.rollout_allocation == "history" and self.generation_budget is not None:
+            return max(self.local_pool_size, self.generation_budget // self.world_size)
+        return self.local_pool_size

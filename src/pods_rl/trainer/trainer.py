@@ -50,8 +50,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate
 from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable, repeat_iterable_dataset
 
-from pods_rl.config_rules import check_allocation_wired
 from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
+from pods_rl.trainer.allocated import RolloutAllocator
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 from pods_rl.trainer.exchange import rows_to_move, take_rows
@@ -102,9 +102,12 @@ class PODSTrainer(GRPOTrainer):
             args = PODSConfig(f"{str(name).split('/')[-1]}-PODS")
         if not isinstance(args, PODSConfig):
             raise TypeError(f"PODSTrainer needs a PODSConfig, got {type(args).__name__}.")
-        check_allocation_wired(args.rollout_allocation)
         if args.dynamic_sampling and (tools or environment_factory is not None):
             raise ValueError("dynamic_sampling supports neither tools nor environment_factory.")
+        if args.rollout_allocation != "none" and (tools or environment_factory is not None):
+            raise ValueError(
+                f"rollout_allocation={args.rollout_allocation!r} supports neither tools nor environment_factory."
+            )
         if train_dataset is None:
             train_dataset = _environment_placeholder(args, environment_factory)
         with pool_sized_vllm(args):  # vLLM generates the whole pool in one batch, and runs on a CPU too
@@ -143,6 +146,8 @@ class PODSTrainer(GRPOTrainer):
         # The random generators' states where the last step began (global ones, the selection generator's).
         self._step_start_random: tuple[dict[str, Any], torch.Tensor] | None = None
         self._rounds_generated: dict[str, float] = {}
+        # Rollouts per prompt chosen by screening or from the history (`pods_rl.trainer.allocated`), or None.
+        self._allocator = RolloutAllocator(self) if args.rollout_allocation != "none" else None
         self.add_callback(_PhaseClock(self))
         self.add_callback(_DataProgress(self))
         # Reward functions record a failure instead of raising, so that every process learns of it together
@@ -211,6 +216,8 @@ class PODSTrainer(GRPOTrainer):
         if self.args.should_save:
             save_file({"selection": self._selection_generator.get_state()}, str(Path(output_dir) / SELECTION_RNG_FILE))
             self._data_stream.save(Path(output_dir))
+            if self._allocator is not None:
+                self._allocator.save(Path(output_dir))
         self._save_generation_buffer(Path(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
@@ -218,6 +225,8 @@ class PODSTrainer(GRPOTrainer):
         path = Path(checkpoint or "") / SELECTION_RNG_FILE
         if checkpoint is not None and path.is_file():
             self._selection_generator.set_state(load_file(str(path))["selection"])
+        if checkpoint is not None and self._allocator is not None:
+            self._allocator.load(Path(checkpoint), self.state.global_step)
 
     def _save_generation_buffer(self, folder: Path) -> None:
         """TRL trains R = steps_per_generation * num_iterations micro-batches from one generation, kept in
@@ -241,6 +250,8 @@ class PODSTrainer(GRPOTrainer):
         Every process calls it (the save is collective)."""
         if self._step_start_random is not None:  # the failed step had begun (not an evaluation's failure)
             self._data_stream.rewind()
+            if self._allocator is not None:
+                self._allocator.rewind()
             states, selection = self._step_start_random
             _set_random_states(states)
             self._selection_generator.set_state(selection)
@@ -252,6 +263,8 @@ class PODSTrainer(GRPOTrainer):
         """The step's batches, through the data stream (which counts them and serves what a draw handed back);
         the random generators are noted first, for `save_checkpoint_of_failed_step`."""
         self._step_start_random = _random_states(), self._selection_generator.get_state()
+        if self._allocator is not None:
+            self._allocator.note_step_start()
         batches = self._data_stream.take(epoch_iterator, num_batches)
         return batches, self._get_num_items_in_batch(batches, device)
 
@@ -280,7 +293,7 @@ class PODSTrainer(GRPOTrainer):
         epochs as max_steps needs (PODSConfig requires max_steps with dynamic sampling)."""
         values = super().set_initial_training_values(args, dataloader)
         self._data_stream.epoch_length = len(dataloader) if has_length(dataloader) else None
-        if args.dynamic_sampling and args.max_steps > 0:
+        if (args.dynamic_sampling or args.rollout_allocation != "none") and args.max_steps > 0:
             return (sys.maxsize, *values[1:])
         return values
 
@@ -358,6 +371,8 @@ class PODSTrainer(GRPOTrainer):
         self._pool_metrics, self._trained_advantages = {}, None
 
     def _generate(self, prompts: list):
+        if self._allocator is not None and self._pool_inputs is not None:  # the allocation generates the pool
+            return self._down_sample(prompts, None)
         start = time.perf_counter()
         with self._generation_autocast():
             generated = super()._generate(prompts)
@@ -429,28 +444,42 @@ class PODSTrainer(GRPOTrainer):
         prompt's pool spans processes) is sent by `take_rows`, which moves nothing when all pools are local.
         """
         inputs = self._pool_inputs
-        rewards_per_func = self._score_pool(prompts, inputs, generated)
-        if self.args.dynamic_sampling:
-            generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
+        allocated = None
+        if self._allocator is not None:  # pools of chosen sizes, laid out over the generated rows
+            allocated = self._allocator.build(prompts, inputs)
+            prompts[:], inputs[:] = allocated.columns["prompt"], allocated.columns["input"]
+            generated = _generated_from_columns(
+                allocated.columns, allocated.extra_fields, len(prompts), allocated.columns["images"]
+            )
+            rewards_per_func, layout = allocated.rewards, allocated.layout
+        else:
+            rewards_per_func = self._score_pool(prompts, inputs, generated)
+            if self.args.dynamic_sampling:
+                generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
+            layout = torch.arange(len(rewards_per_func)).view(-1, self.pool_size)  # n rows per prompt, in order
         (_, completion_ids, tool_mask, _, _, extra_fields, images, _) = generated
 
         start = time.perf_counter()
-        n, aggregation = self.pool_size, self.multi_objective_aggregation
+        n, aggregation = layout.shape[1], self.multi_objective_aggregation
+        padding, rows_of_pools = layout < 0, layout.clamp(min=0).flatten()
+        pool_rewards = rewards_per_func[rows_of_pools.to(rewards_per_func.device)]
+        pool_rewards[padding.flatten().to(pool_rewards.device)] = torch.nan  # unscorable: never chosen before a row
         weights = self.reward_weights.to(rewards_per_func.device)
-        scores, scorable = selection_scores(rewards_per_func, weights, n, aggregation)
-        # Per pool row (one small gather): the model's completion tokens and whether TRL masks the row's loss.
+        scores, scorable = selection_scores(pool_rewards, weights, n, aggregation)
+        # Per generated row (one small gather): the model's completion tokens and whether TRL masks the row's loss.
         local_rows = torch.tensor(
             list(zip(_model_tokens(completion_ids, tool_mask), self._loss_masked(completion_ids), strict=True)),
             dtype=torch.int32,
             device=self.accelerator.device,
         )
         gathered = self.accelerator.gather(local_rows).cpu()
-        model_tokens, masked = gathered[:, 0].view(-1, n), gathered[:, 1].view(-1, n).bool()
+        model_tokens = gathered[rows_of_pools, 0].view(-1, n).masked_fill(padding, 0)
+        masked = gathered[rows_of_pools, 1].view(-1, n).bool() & ~padding
         loss_tokens = model_tokens.masked_fill(masked, 0)  # what the loss sees: the tie-break, the metrics
         selectable = scorable & ~masked
         selected = self._select(scores, selectable, loss_tokens)
         advantages = pool_advantages(
-            rewards_per_func,
+            pool_rewards,
             weights,
             n,
             selected,
@@ -458,7 +487,8 @@ class PODSTrainer(GRPOTrainer):
             scale=self.scale_rewards,
             stats=self.args.advantage_stats,
         ).flatten()
-        global_rows = selected.flatten().nonzero().squeeze(1)
+        positions = selected.flatten().nonzero().squeeze(1)  # in the (prompts, n) layout
+        global_rows = layout.flatten()[positions]  # in the generated rows, process-major
         processes, process = self.accelerator.num_processes, self.accelerator.process_index
         share = self.args.per_device_train_batch_size * self.args.steps_per_generation
         if len(global_rows) != processes * share:
@@ -483,16 +513,19 @@ class PODSTrainer(GRPOTrainer):
             if key.startswith("log:"):
                 self._pending_extra_logs[key[4:]] = rows[key]
         self._trained_rewards = rewards_per_func[global_rows.to(rewards_per_func.device)]
-        self._trained_advantages = advantages[global_rows]
-        self._selected_advantages = advantages[plan[process]].to(device=self.accelerator.device, dtype=torch.float32)
+        self._trained_advantages = advantages[positions]
+        mine = positions.view(processes, share)[process]
+        self._selected_advantages = advantages[mine].to(device=self.accelerator.device, dtype=torch.float32)
         self._pool_metrics = grpo_metrics(
-            rewards_per_func, weights, self.reward_func_names, n, aggregation, self.scale_rewards
+            pool_rewards, weights, self.reward_func_names, n, aggregation, self.scale_rewards
         )
         self._log_selection(
             scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
         )
-        if self.args.dynamic_sampling:
+        if self.args.dynamic_sampling and allocated is None:
             self._log_dynamic_sampling()
+        if allocated is not None:
+            self._allocator.log(self._metrics["train"], allocated.stats, float(gathered[:, 0].sum()))
 
         # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
         prompts[:] = rows["prompt"]
@@ -503,6 +536,25 @@ class PODSTrainer(GRPOTrainer):
         # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
         images = _dataset_images(rows["input"]) if images is None else rows["images"]
         return _generated_from_columns(rows, extra_fields, local_size, images)
+
+    def _generate_rows(self, inputs: list[dict], per_prompt: int) -> tuple[dict, torch.Tensor, dict]:
+        """Generate one rollout for each of `inputs` (this process's rows; consecutive rows of a prompt form groups
+        of `per_prompt`, which TRL's vLLM generation reads as `num_generations`) and score them. Returns the rows'
+        columns (`_pool_columns`), the gathered rewards and rollout_func's extra fields. Every process calls it with
+        the same number of rows."""
+        if inputs and ("images" in inputs[0] or "image" in inputs[0]):
+            raise ValueError("rollout_allocation supports text prompts only; the training data has images.")
+        prompts = [row["prompt"] for row in inputs]
+        start = time.perf_counter()
+        self.num_generations = per_prompt
+        try:
+            with self._generation_autocast():
+                generated = super()._generate(prompts)
+        finally:
+            self.num_generations = self.pool_size
+        self.phase_seconds["generate"] += time.perf_counter() - start
+        rewards = self._score_pool(prompts, inputs, generated)
+        return _pool_columns(prompts, inputs, generated), rewards, generated[5]
 
     def _score_pool(self, prompts: list, inputs: list, generated: tuple) -> torch.Tensor:
         """Gathered (rows of every process, reward functions) rewards of a generated pool. TRL merges rollout_func's

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def pool_rows_per_engine(args: PODSConfig) -> int:
     """Rows one colocated engine generates per generation batch: this process's pool, times its TP group."""
-    return args.local_pool_size * args.vllm_tensor_parallel_size
+    return args.largest_generation_call * args.vllm_tensor_parallel_size
 
 
 def engine_max_num_seqs(pool_rows: int, max_num_batched_tokens: int) -> int:

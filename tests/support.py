@@ -300,22 +300,29 @@ def flag_reward(prompts: list[str], completions: list[str], row_tag: list[int], 
     return [float(tag % 100) if prompt[0] == "v" else 1.0 for prompt, tag in zip(prompts, row_tag, strict=True)]
 
 
-def run_dynamic_sampling(out: Path, flags: str, resume_from: Path | None = None, **overrides) -> dict:
-    """Train on `flagged_dataset(flags)` in order, with dynamic sampling over pools of 4, `flag_rollouts` and
-    `flag_reward`. Returns what this process trained at each generation (prompts, tags, completion ids,
-    advantages), the losses, the dynamic-sampling metrics and the completions table's tags."""
+def flag_trainer(out: Path, flags: str, settings: dict, rollout_func):
+    """A PODSTrainer on the tiny Llama over `flagged_dataset(flags)`, rewarded by `flag_reward`, with `settings`
+    (PODSConfig fields on top of `fast_args`) and `rollout_func`."""
     from pods_rl import PODSConfig, PODSTrainer
 
-    settings = dict(num_generations=4, shuffle_dataset=False, dynamic_sampling=True, max_steps=4, **overrides)
     tokenizer = char_tokenizer()
-    trainer = PODSTrainer(
+    return PODSTrainer(
         model=tiny_llama(tokenizer),
         reward_funcs=flag_reward,
         args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
         train_dataset=flagged_dataset(flags),
         processing_class=tokenizer,
-        rollout_func=flag_rollouts,
+        rollout_func=rollout_func,
     )
+
+
+def run_dynamic_sampling(out: Path, flags: str, resume_from: Path | None = None, **overrides) -> dict:
+    """Train on `flagged_dataset(flags)` in order, with dynamic sampling over pools of 4, `flag_rollouts` and
+    `flag_reward`. Returns what this process trained at each generation (prompts, tags, completion ids,
+    advantages), the losses, the dynamic-sampling metrics and the completions table's tags."""
+
+    settings = dict(num_generations=4, shuffle_dataset=False, dynamic_sampling=True, max_steps=4, **overrides)
+    trainer = flag_trainer(out, flags, settings, flag_rollouts)
     generations = []
     original = trainer._generate_and_score_completions
 
@@ -462,18 +469,9 @@ def run_allocation(out: Path, flags: str, **overrides) -> dict:
     """Train on `flagged_dataset(flags)` in order with rollout allocation, pools of n = 4, m = 2, `position_rollouts`
     and `flag_reward`. Returns what this process trained at each generation (prompts, tags, advantages), the logged
     allocation metrics and the histogram lines."""
-    from pods_rl import PODSConfig, PODSTrainer
 
     settings = {**dict(num_generations=4, num_selected=2, shuffle_dataset=False, max_steps=4), **overrides}
-    tokenizer = char_tokenizer()
-    trainer = PODSTrainer(
-        model=tiny_llama(tokenizer),
-        reward_funcs=flag_reward,
-        args=PODSConfig(**fast_args(output_dir=str(out), **settings)),
-        train_dataset=flagged_dataset(flags),
-        processing_class=tokenizer,
-        rollout_func=position_rollouts,
-    )
+    trainer = flag_trainer(out, flags, settings, position_rollouts)
     generations = []
     original = trainer._generate_and_score_completions
 

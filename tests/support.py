@@ -7,6 +7,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def process_launch(num_processes: int) -> list[str]:
     """
     return [*_accelerate_launch(), "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
             "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+
+
+def run_launched(launch: list[str], script: Path, *arguments: str, timeout: int = 600) -> None:
+    """Run a test script under `launch` (e.g. `two_process_launch()`) with `launch_env()`; a failure shows both ends
+    of its stderr (the first error of one process and where the others stopped)."""
+    result = subprocess.run(
+        [*launch, str(script), *arguments], env=launch_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
 
 
 def config_launch(config_file: Path) -> list[str]:

@@ -8,12 +8,11 @@ prompt's rows of one call vary, a `c` prompt's are all 1). Resume is tested with
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from support import launch_env, run_allocation, two_process_launch
+from support import run_allocation, run_launched, two_process_launch
 
 from pods_rl.core.allocation import PassRateHistory, plan_from_history, prompt_id
 from pods_rl.core.dynamic_sampling import another_round_needed
@@ -221,14 +220,7 @@ def test_history_skips_what_it_predicts_and_spends_the_budget_by_knapsack(tmp_pa
 def test_two_processes_plan_every_process_alike(tmp_path):
     """On 2 processes (one launch, `allocation_run.py`): each process trains its planned prompts with its fixed rows,
     every process generates as many rows in every call (no hang), and the counts are summed over both."""
-    result = subprocess.run(
-        [*two_process_launch(), str(SCRIPT), str(tmp_path), TWO_PROCESS_FLAGS],
-        env=launch_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_launched(two_process_launch(), SCRIPT, str(tmp_path), TWO_PROCESS_FLAGS)
     screen = simulate_screen(TWO_PROCESS_FLAGS, processes=2, groups=2, k=2, max_rounds=3, steps=4)
     history = simulate_history(TWO_PROCESS_FLAGS, processes=2, groups=2, steps=8, settings=HISTORY)
     assert [s["extended"] for s in screen] == [4, 2, 4, 2]  # process 1 extends a fill, then both extend 1

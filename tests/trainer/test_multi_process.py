@@ -8,7 +8,6 @@ scenario.
 
 import importlib.util
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ from support import (
     SCENARIOS,
     char_tokenizer,
     config_launch,
-    launch_env,
     process_launch,
+    run_launched,
     run_scenario,
     scripted_rollout,
 )
@@ -52,10 +51,7 @@ def launched(request, tmp_path_factory):
     engine, world = request.param
     out = tmp_path_factory.mktemp(f"{engine}-world{world}")
     launch = process_launch(world) if engine == "ddp" else config_launch(CONFIGS / f"{engine}-cpu.yaml")
-    result = subprocess.run(
-        [*launch, str(SCRIPT), str(out)], env=launch_env(), capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
+    run_launched(launch, SCRIPT, str(out))
     return engine, world, out
 
 

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import char_tokenizer, launch_env, run_dynamic_sampling, scripted_rollout, two_process_launch
+from support import char_tokenizer, run_dynamic_sampling, run_launched, scripted_rollout, two_process_launch
 
 from pods_rl.trainer.refill import GenerationStream
 
@@ -100,14 +99,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tmp_path, step):
 def test_two_processes_one_all_informative_one_all_equal(tmp_path):
     """Process 0's groups always vary, process 1's mostly not: both join every round (no hang) and each trains its
     fixed rows, process 1 from later rounds or the fill."""
-    result = subprocess.run(
-        [*two_process_launch(), str(SCRIPT), str(tmp_path), TWO_PROCESS_FLAGS],
-        env=launch_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_launched(two_process_launch(), SCRIPT, str(tmp_path), TWO_PROCESS_FLAGS)
     expected = simulate(TWO_PROCESS_FLAGS, processes=2, groups=2, max_rounds=3, steps=4)
     assert [r for r, _ in expected] == [3, 1, 3, 1]  # the round limit, a full batch, the epoch end
     runs = [json.loads((tmp_path / f"rank{process}.json").read_text()) for process in range(2)]

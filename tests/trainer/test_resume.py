@@ -8,11 +8,10 @@ after a reward function failed; on one process and on two.
 """
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import TWO_PROCESS_RESUMES, failing_once, launch_env, run_resumable, two_process_launch
+from support import TWO_PROCESS_RESUMES, failing_once, run_launched, run_resumable, two_process_launch
 
 TWO_PROCESS_SCRIPT = Path(__file__).with_name("resume_two_process_run.py")
 RUNS = ("full", "once", "twice", "failed", "after-failure")
@@ -117,14 +116,7 @@ def test_two_processes_resume_exactly_and_stop_together_on_a_reward_failure(tmp_
     from the checkpoint written after a reward function failed on process 1 only, each process trains what it
     trained uninterrupted. The failure stops both processes with the error (none hangs in a collective): process 1
     raises its own, process 0 names it and its process."""
-    result = subprocess.run(
-        [*two_process_launch(), str(TWO_PROCESS_SCRIPT), str(tmp_path)],
-        env=launch_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
+    run_launched(two_process_launch(), TWO_PROCESS_SCRIPT, str(tmp_path))
     own = "Reward function 'flaky_reward' raised ZeroDivisionError: a transient failure on a batch whose samples"
     for name, (_, settings, first, second, (step, _)) in TWO_PROCESS_RESUMES.items():
         runs = [

@@ -1,12 +1,11 @@
 """PODS on two processes (gloo, CPU): selection sees each prompt's whole pool, split across the processes."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from support import launch_env, two_process_launch
+from support import run_launched, two_process_launch
 
 from pods_rl import select_batch, select_rollouts
 
@@ -14,10 +13,7 @@ SCRIPT = Path(__file__).with_name("two_process_run.py")
 
 
 def run_two_processes(tmp_path, *options: str) -> list[dict]:
-    env = launch_env()
-    command = [*two_process_launch(), str(SCRIPT), str(tmp_path), *options]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-3000:]
+    run_launched(two_process_launch(), SCRIPT, str(tmp_path), *options, timeout=300)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 

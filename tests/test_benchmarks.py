@@ -4,11 +4,14 @@ phase logs) on the CPU at a tiny shape."""
 import argparse
 import io
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from pods_rl.console import make_console
 
@@ -197,3 +200,45 @@ def test_precision_learning_reports_paired_differences_and_equivalence(tmp_path,
     ]
     assert learning.verdict([0.0, 3.0, -3.0], 2.0).startswith("not shown either way at +-2 points")
     assert learning.verdict([5.0, 5.5, 4.5], 2.0) == "not equivalent: beyond +-2 points"
+
+
+def test_history_predictability_by_simulation_with_known_pass_rates(tmp_path, monkeypatch) -> None:
+    """Prompts with known pass rates, groups of 4 drawn from them: half always or never solved, half solved half the
+    time. The history of three passes ranks every extreme prompt above every middle one, so skipping half the
+    prompts keeps only the middle ones (all-equal 1/8 of the time) and the AUC is the share of positives that are
+    extreme plus half the rest; when every prompt is in the middle, the prediction knows nothing (AUC 1/2)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import history_predictability as hp
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+
+    def passes(rates: torch.Tensor, count: int) -> list[torch.Tensor]:
+        return [(torch.rand(len(rates), 4, generator=generator) < rates[:, None]).double() for _ in range(count)]
+
+    rates = torch.cat([torch.zeros(1000), torch.ones(1000), torch.full((2000,), 0.5)])
+    *earlier, last = passes(rates, 4)
+    result = hp.predictability(earlier, last, 0.5)
+    middle_equal = ((last[2000:] == last[2000:, :1]).all(dim=1)).double()
+    assert result["kept_all_equal_0.5"] == pytest.approx(middle_equal.mean().item())  # exactly the middle kept
+    assert abs(result["kept_all_equal_0.5"] - 1 / 8) < 0.03
+    positives_in_middle = middle_equal.sum().item()
+    expected_auc = (2000 + 0.5 * positives_in_middle) / (2000 + positives_in_middle)
+    assert result["auc"] == pytest.approx(expected_auc, abs=0.01)
+    assert result["all_equal"] == pytest.approx((2000 + positives_in_middle) / 4000)
+    assert result["extreme_rates"] == pytest.approx(0.5)
+
+    *earlier, last = passes(torch.full((4000,), 0.5), 4)
+    blind = hp.predictability(earlier, last, 0.5)
+    assert abs(blind["auc"] - 0.5) < 0.05 and abs(blind["kept_all_equal_0.5"] - blind["all_equal"]) < 0.03
+    assert math.isnan(hp.auc(torch.tensor([0.1, 0.2]), torch.tensor([True, True])))
+
+
+def test_history_predictability_refuses_bad_input_in_one_line(tmp_path) -> None:
+    script = str(ROOT / "benchmarks" / "history_predictability.py")
+    for arguments, message in (
+        ([str(tmp_path), "--passes", "1"], "--passes must be at least 2"),
+        ([str(tmp_path)], "no config.yaml"),
+    ):
+        result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -277,7 +277,14 @@ def compare(
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the files of an existing comparison.")] = False,
-    arm: Annotated[list[str] | None, typer.Option("--arm", help="Run only this arm (repeatable).")] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arm",
+            help="Run this arm (repeatable). Default: grpo, pods, grpo-ds, pods-ds; also built in: grpo-pool, "
+            "pods-random, pods-max-reward.",
+        ),
+    ] = None,
     seed: Annotated[list[int] | None, typer.Option("--seed", help="Seeds to run (repeatable).")] = None,
     model: Annotated[str | None, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")] = None,
     task: Annotated[str | None, typer.Option(help="Task name; see `pods tasks`.")] = None,
@@ -295,7 +302,8 @@ def compare(
         ),
     ] = None,
 ) -> None:
-    """Run GRPO, PODS and ablation arms one after another on one time budget; writes comparison.json/.md/.png."""
+    """Run GRPO, PODS and both with dynamic sampling (or the arms named) one after another on one time budget;
+    writes comparison.json/.md/.png."""
     from pods_rl.compare.runner import (
         ArmFailed,
         ComparisonLock,

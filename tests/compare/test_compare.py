@@ -87,8 +87,8 @@ def test_when_pods_pays():
 
 
 def test_summarize_on_synthetic_runs(tmp_path):
-    settings = resolve_compare(None, [{"n": 8, "m": 2, "prompts_per_step": 2, "seeds": [0, 1]}])
-    settings.arms = {name: settings.arms[name] for name in ("grpo", "grpo-pool", "pods")}
+    only = ["grpo", "grpo-pool", "pods"]
+    settings = resolve_compare(None, [{"n": 8, "m": 2, "prompts_per_step": 2, "seeds": [0, 1]}], only=only)
     times = [0, 10, 20, 30]
     records = {
         "grpo": [synthetic_run(times, [0.2, 0.4, 0.6, 0.5], 4, 4), synthetic_run(times, [0.2, 0.4, 0.6, 0.7], 4, 4)],
@@ -439,6 +439,17 @@ def test_overwrite_keeps_the_previous_comparison_when_a_check_fails(tmp_path):
         result = runner.invoke(app, ["compare", "--output-dir", str(out), "--overwrite", "--arm", "pods", *bad])
         assert result.exit_code == 2, result.output
         assert (out / "pods" / "marker").read_text() == "earlier run"
+
+
+def test_default_arms_are_grpo_pods_and_dynamic_sampling_with_seeds_that_can_resolve_them():
+    """Without a config's arms or --arm: GRPO, PODS and both with dynamic sampling, on as many seeds as a time to
+    target needs to be resolvable after Holm; the ablations run when named or changed by an override."""
+    settings = resolve_compare(None, [])
+    assert list(settings.arms) == ["grpo", "pods", "grpo-ds", "pods-ds"]
+    assert len(settings.seeds) == seeds_to_resolve(PERMUTATION_MEASURES * (len(settings.arms) - 1)) == 5
+    assert list(resolve_compare(None, [], only=["grpo", "grpo-pool"]).arms) == ["grpo", "grpo-pool"]
+    changed = resolve_compare(None, [{"arms": {"pods-random": {"trainer": {"beta": 0.04}}, "pods-8": {"n": 8}}}])
+    assert list(changed.arms) == ["grpo", "pods", "pods-random", "grpo-ds", "pods-ds", "pods-8"]
 
 
 def test_unknown_arm_is_rejected():

@@ -27,8 +27,15 @@ DERIVED_TRAINER_KEYS = ("num_generations", "num_selected", "selection_rule", "pe
 METRICS = ("accuracy", "accuracy_sampled")  # what an evaluation records: greedy, and sampled over eval.sampled_k
 
 
+# What `pods compare` races when neither a config file nor --arm names the arms: GRPO, PODS and both with dynamic
+# sampling, 3 arms against GRPO, which 5 seeds can resolve (statistics.seeds_to_resolve). The other built-in arms
+# (ablations) run when named: --arm grpo --arm grpo-pool.
+DEFAULT_ARMS = ("grpo", "pods", "grpo-ds", "pods-ds")
+
+
 def default_arms() -> dict[str, dict[str, Any]]:
-    """GRPO with n = m, GRPO on the whole pool (n = m = pool), and PODS n -> m with each selection rule."""
+    """Every built-in arm: GRPO with n = m, GRPO on the whole pool (n = m = pool), PODS n -> m with each selection
+    rule, and GRPO and PODS with dynamic sampling."""
     return {
         "grpo": {"n": "m"},
         "grpo-pool": {"m": "n"},
@@ -52,7 +59,7 @@ def default_compare_settings(model: str = "tiny", task: str = "arithmetic") -> d
             "n": 16,
             "m": 4,
             "prompts_per_step": 16,  # as the default run: 64 trained rows / m = 4
-            "seeds": [0, 1, 2],
+            "seeds": [0, 1, 2, 3, 4],  # the fewest with which the default arms can resolve a time to target
             "target_gain": 0.75,
             "target_gains": [0.5, 0.75, 0.9],
             "target_accuracy": None,
@@ -239,13 +246,16 @@ def _reject_derived(trainer: dict[str, Any], where: str, *, allow_batch: bool = 
 def resolve_compare(
     config_file: Path | None, overrides: list[dict[str, Any]], *, only: list[str] | None = None
 ) -> CompareSettings:
-    """Built-in defaults, then the file, then command-line overrides. The file's `arms` replace the default arms."""
+    """Built-in defaults, then the file, then command-line overrides. The file's `arms` replace the built-in arms;
+    without them, the arms are those `only` names, else DEFAULT_ARMS and any arm the overrides define or change."""
     user = read_yaml(config_file) if config_file is not None else {}
     where = str(config_file) if config_file else "compare settings"
-    arms = user.pop("arms", None) or default_arms()
+    file_arms = user.pop("arms", None)
+    arms = file_arms or default_arms()
     for override in overrides:
         user = merge(user, override)
-    arms = merge(arms, user.pop("arms", {}))
+    overridden = user.pop("arms", {})
+    arms = merge(arms, overridden)
     if "seed" in user:
         raise ValueError(f"{where}: use 'seeds: [...]' (every arm runs every seed), not 'seed'.")
     _reject_derived(user.get("trainer") or {}, where)
@@ -257,6 +267,8 @@ def resolve_compare(
         if unknown:
             raise ValueError(f"Unknown arm(s) {unknown}; the arms are {list(arms)}.")
         arms = {name: spec for name, spec in arms.items() if name in only}
+    elif not file_arms:
+        arms = {name: spec for name, spec in arms.items() if name in DEFAULT_ARMS or name in overridden}
     return CompareSettings.from_dict({**data, "arms": arms}, where=where)
 
 

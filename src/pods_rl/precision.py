@@ -10,7 +10,7 @@ both precisions on the run's own model and shape at start-up (`pods_rl.run.step_
 machine, model and shape: cached) and takes bf16 only when its step is at least `MARGIN` faster. A measurement beats a
 table of measured cases here: a table cannot hold every model, CPU and shape, and a wrong entry would stay wrong; the
 margin and the measurement's interleaving (fp32 and bf16 alternate, the fastest of each counts) keep a busy machine
-from flipping the choice.
+from flipping the choice, though not an oversubscribed one (docs/performance.md): runs that must match force one.
 
 bf16 here is what transformers' Trainer does with `bf16=True` on a CPU: the weights, gradients and optimizer stay
 fp32 and each forward runs under `torch.autocast("cpu", dtype=torch.bfloat16)` (accelerate wraps the model's

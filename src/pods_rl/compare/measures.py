@@ -408,19 +408,6 @@ def _legacy_warnings(settings: CompareSettings) -> list[str]:
     ]
 
 
-def _evaluation_seconds(runs: list[dict[str, list[dict]]]) -> float | None:
-    """Mean wall seconds of one evaluation over every seed's evaluations (None for records that predate it)."""
-    seconds = [e["eval_seconds"] for run in runs for e in run["eval"] if "eval_seconds" in e]
-    return float(np.mean(seconds)) if seconds else None
-
-
-def _refills(steps: list[dict]) -> dict[str, float] | None:
-    """Mean over steps of what dynamic sampling's rounds did, or None for an arm without it."""
-    if not any(f"pods/{name}" in step for step in steps for name in REFILLS):
-        return None
-    return {name: float(np.mean([step[f"pods/{name}"] for step in steps])) for name in REFILLS}
-
-
 # ---------------------------------------------------------------- words
 
 

@@ -145,6 +145,17 @@ def fast_args(**overrides) -> dict:
     return settings
 
 
+def tagged_rollouts(tokenizer, prompts: list, tags: list[int]) -> dict:
+    """A `rollout_func`'s output: row i gets `scripted_rollout(tags[i])` and its tag as the extra field `row_tag`."""
+    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
+    return {
+        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
+        "completion_ids": list(completions),
+        "logprobs": list(logprobs),
+        "row_tag": tags,
+    }
+
+
 def scripted_rollouts(prompts: list, trainer) -> dict:
     """A `rollout_func` whose rollouts depend only on the global row and the step, never on the number of processes.
 
@@ -154,13 +165,7 @@ def scripted_rollouts(prompts: list, trainer) -> dict:
     tokenizer = trainer.processing_class
     first_row = trainer.accelerator.process_index * len(prompts)
     tags = [1000 * trainer.state.global_step + first_row + i for i in range(len(prompts))]
-    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
-    return {
-        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
-        "completion_ids": list(completions),
-        "logprobs": list(logprobs),
-        "row_tag": tags,
-    }
+    return tagged_rollouts(tokenizer, prompts, tags)
 
 
 def scripted_rollout(tokenizer, tag: int) -> tuple[list[int], list[float]]:
@@ -294,13 +299,7 @@ def flag_rollouts(prompts: list, trainer) -> dict:
     and resume do not change them."""
     tokenizer, n = trainer.processing_class, trainer.args.num_generations
     tags = [100 * int(prompt[1:3]) + i % n for i, prompt in enumerate(prompts)]
-    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
-    return {
-        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
-        "completion_ids": list(completions),
-        "logprobs": list(logprobs),
-        "row_tag": tags,
-    }
+    return tagged_rollouts(tokenizer, prompts, tags)
 
 
 def flag_reward(prompts: list[str], completions: list[str], row_tag: list[int], log_extra, **kwargs) -> list[float]:
@@ -466,13 +465,7 @@ def position_rollouts(prompts: list, trainer) -> dict:
     tokenizer, tags = trainer.processing_class, []
     for i, prompt in enumerate(prompts):
         tags.append(tags[-1] + 1 if i and prompts[i - 1] == prompt else 100 * int(prompt[1:3]))
-    completions, logprobs = zip(*(scripted_rollout(tokenizer, tag) for tag in tags), strict=True)
-    return {
-        "prompt_ids": tokenizer(prompts, add_special_tokens=False)["input_ids"],
-        "completion_ids": list(completions),
-        "logprobs": list(logprobs),
-        "row_tag": tags,
-    }
+    return tagged_rollouts(tokenizer, prompts, tags)
 
 
 def run_allocation(out: Path, flags: str, **overrides) -> dict:

@@ -17,7 +17,7 @@ from pods_rl.compare import runner as compare_runner
 from pods_rl.compare import settings as settings_module
 from pods_rl.compare import tuning as compare_tuning
 from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
-from pods_rl.compare.measures import PERMUTATION_MEASURES, summarize
+from pods_rl.compare.measures import PERMUTATION_MEASURES, permutation_measures, summarize
 from pods_rl.compare.render import comparison_markdown, write_comparison
 from pods_rl.compare.runner import plan_table
 from pods_rl.compare.settings import resolve_compare
@@ -472,8 +472,11 @@ def test_unknown_arm_is_rejected():
 def test_shipped_compare_configs_resolve(name, monkeypatch):
     monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)  # the vLLM config's environment
     settings = resolve_compare(CONFIGS / name, [])
-    assert {"grpo", "pods"} <= set(settings.arms) and settings.base["time_budget"] > 0
-    assert settings.base["eval"]["every_seconds"] > 0
+    assert {"grpo", "pods"} <= set(settings.arms)
+    if settings.clock == "seconds":
+        assert settings.base["time_budget"] > 0 and settings.base["eval"]["every_seconds"] > 0
+    else:  # a budget and an evaluation grid in steps
+        assert 0 < settings.base["eval"]["every_steps"] <= settings.base["trainer"]["max_steps"] < 1_000_000
 
 
 def test_three_term_compare_config_runs_the_papers_sizes():
@@ -516,7 +519,7 @@ def test_three_term_compare_config_runs_the_papers_sizes():
 def test_allocation_compare_configs_race_allocation_against_grpo_pods_and_dynamic_sampling(name, arms):
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods", "grpo-ds", "pods-ds"} | set(arms) == set(settings.arms)
-    assert len(settings.seeds) >= seeds_to_resolve(PERMUTATION_MEASURES * (len(settings.arms) - 1))
+    assert len(settings.seeds) >= seeds_to_resolve(permutation_measures(settings.clock) * (len(settings.arms) - 1))
     assert set(settings.tuning_seeds).isdisjoint(settings.seeds) and len(settings.lr_grid) >= 3
     trainers = {arm: settings.arm_settings(arm, 0).trainer for arm in settings.arms}
     assert {arm: t.get("rollout_allocation", "none") for arm, t in trainers.items()} == {
@@ -842,3 +845,114 @@ def test_allocation_arms_run_end_to_end_from_the_shipped_config(tiny_model_dir, 
     assert arms["pods-history"]["per_step"]["rollouts_generated"] == 8
     assert arms["pods-history"]["totals"]["rollouts_trained"] == 3 * 4
     assert arms["pods-history"]["dynamic_sampling"]["generation_rounds"] >= 1
+
+
+# ---------------------------------------------------------------- a comparison clocked by steps
+
+STEP_CLOCK = {"time_budget": None, "trainer": {"max_steps": 10}, "eval": {"every_steps": 5}}
+
+
+def _clocked_run(seconds: list[float], accuracy: list[float], generated: int, machine: dict) -> dict:
+    """Evaluations at steps 0, 5 and 10 taken at `seconds` of training; phase times `machine`'s speed x the
+    synthetic ones (the Xeon here is twice as fast)."""
+    run = synthetic_run(seconds, accuracy, generated, 8)
+    for evaluation, step in zip(run["eval"], (0, 5, 10), strict=True):
+        evaluation["step"] = step
+    speed = 2.0 if machine is XEON else 1.0
+    for step in run["step"]:
+        for key in [k for k in step if k.startswith("pods/time_")]:
+            step[key] /= speed
+    return {**run, "machine": machine}
+
+
+def test_a_comparison_clocked_by_steps_tests_steps_and_the_window_over_steps_and_projects_seconds_per_machine(
+    tmp_path,
+):
+    settings = resolve_compare(None, [{**STEP_CLOCK, "n": 16, "m": 4, "prompts_per_step": 2, "seeds": [0, 1, 2]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "pods")}
+    assert settings.clock == "steps" and settings.base["eval"]["every_seconds"] is None
+    machines = (EPYC, EPYC, XEON)  # seed 2 ran in a later sitting, on another CPU
+    records = {
+        # GRPO: 10 s a step; PODS generates 4x the rollouts, 20 s a step, and learns faster per step.
+        "grpo": [_clocked_run([0, 50, 100], [0.2, 0.4, 0.6], 8, machine) for machine in machines],
+        "pods": [
+            _clocked_run([0, 100, 200], [0.2, middle, 0.6], 32, machine)
+            for middle, machine in zip((0.6, 0.56, 0.64), machines, strict=True)
+        ],
+    }
+    comparison = summarize(settings, records)
+    assert comparison["clock"] == "steps"
+    versus = comparison["arms"]["pods"]["vs_baseline"]
+    # The window is the 10 steps: grpo's mean (0.3 x 5 + 0.5 x 5) / 10 = 0.4, pods's 0.5, 0.48, 0.52. Over seconds
+    # (a window of 100 s, pods's first 5 steps) the differences would be 0, -0.02 and +0.02.
+    assert versus["mean_accuracy_window"] == [10, 10, 10]
+    assert versus["mean_accuracy_difference_per_seed"] == pytest.approx([0.1, 0.08, 0.12])
+    # The target: the plateau is grpo's mean over its last quarter of steps (7.5-10): 0.55, so 0.2 + 0.75 x 0.35.
+    assert comparison["target"]["accuracy"] == pytest.approx(0.4625)
+    grpo_steps = [t["crossing"] for t in comparison["arms"]["grpo"]["steps_to_target"]]
+    assert grpo_steps == pytest.approx([6.5625] * 3)  # 5 + 5 x 0.0625 / 0.2
+    # Two tests in the family (steps and the window); the time to target, in seconds of two CPUs, is not tested.
+    assert comparison["method"]["family"]["tests"] == 2
+    assert comparison["method"]["family"]["measures"] == ["steps_to_target", "mean_accuracy"]
+    assert versus["verdicts"]["time_to_target"] == "not tested"
+    assert versus["adjusted_p_values"]["time_to_target"] is None
+    assert versus["adjusted_p_values"]["steps_to_target"] is not None
+    # Seconds per step measured per machine: grpo 3.99 s and pods 6.654 s on the EPYC, half on the Xeon.
+    projections = versus["projections"]
+    epyc, xeon = "AMD EPYC (family 26 model 2), AVX-512, 2 cores", "Intel Xeon (family 6 model 143), AVX-512, 2 cores"
+    assert [name for name in projections if name.startswith("measured")] == [
+        f"measured on {epyc}",
+        f"measured on {xeon}",
+    ]
+    steps = versus["steps_to_target"]
+    for label in (epyc, xeon):
+        row = projections[f"measured on {label}"]
+        assert row["step_cost_ratio"] == pytest.approx(6.654 / 3.99)
+        assert row["estimate"] == pytest.approx(steps["estimate"] / row["step_cost_ratio"])
+    assert comparison["arms"]["pods"]["seconds_per_step_by_machine"] == pytest.approx({epyc: 6.654, xeon: 3.327})
+    assert [w for w in comparison["warnings"] if "machines" in w] == [
+        f"The runs ran on 2 machines ({epyc}: 4 runs; {xeon}: 2 runs). The comparison is clocked by steps, so its "
+        "tests (steps to target, the window mean over steps) hold across them; its times to target in seconds mix "
+        "those CPUs and are not tested: read the projections, one per machine that ran both arms."
+    ]
+    assert comparison["arms"]["grpo"]["curve"]["step"] == [0, 5, 10]
+    summary = comparison["summary"][0]
+    assert summary.startswith("pods vs grpo: steps to target ")
+    assert (
+        "time to target in measured seconds" in summary and "(not tested: see the projections per machine)" in summary
+    )
+    assert (
+        "over the family of 2 tests (steps to target and mean accuracy of each arm against grpo)"
+        in (comparison["summary"][-1])
+    )
+    markdown = comparison_markdown(comparison)
+    assert "10 steps per run, evaluation every 5 steps" in markdown
+    assert "(clocked by steps: the window and the verdicts count steps)" in markdown
+    assert "not tested (p -)" in markdown
+    write_comparison(tmp_path, comparison)  # the picture against steps
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_a_step_clocked_comparison_evaluates_by_steps():
+    with pytest.raises(ValueError, match=r"clocked by steps .* evaluates every eval.every_steps steps"):
+        resolve_compare(None, [{"time_budget": None, "trainer": {"max_steps": 10}}])
+    with pytest.raises(ValueError, match="every_seconds 30"):
+        resolve_compare(None, [{**STEP_CLOCK, "eval": {"every_steps": 5, "every_seconds": 30.0}}])
+    assert resolve_compare(None, []).clock == "seconds"
+
+
+def test_tuning_by_steps_scores_the_window_over_steps():
+    """Two rates whose runs reach the same accuracies at the same steps but in different seconds: by seconds the
+    faster-per-second run would differ; by steps they score by steps alone, and machines do not warn."""
+    settings = resolve_compare(None, [{**STEP_CLOCK, "lr_grid": [1e-5, 2e-5], "tuning_seeds": [7], "seeds": [0]}])
+    # 1e-5 rises early in steps but late in seconds; 2e-5 the other way round.
+    early_in_steps = _clocked_run([0, 90, 100], [0.2, 0.6, 0.6], 8, EPYC)
+    late_in_steps = {**_clocked_run([0, 10, 100], [0.2, 0.2, 0.6], 8, XEON)}
+    chosen = compare_tuning.choose_learning_rates(settings, {"grpo": {1e-5: [early_in_steps], 2e-5: [late_in_steps]}})
+    grpo = chosen["arms"]["grpo"]
+    assert grpo["mean_accuracy"] == pytest.approx({"1e-05": 0.5, "2e-05": 0.3})  # over steps 0-10
+    assert grpo["chosen"] == 1e-5 and chosen["clock"] == "steps"
+    warnings = compare_tuning.tuning_warnings(chosen)  # the chosen rate is the grid's lowest: that warning only
+    assert len(warnings) == 1 and "lowest of lr_grid" in warnings[0]  # two machines, but the same steps per run
+    by_seconds = compare_tuning.window_accuracy(early_in_steps["eval"], "accuracy")
+    assert by_seconds == pytest.approx((0.4 * 90 + 0.6 * 10) / 100)

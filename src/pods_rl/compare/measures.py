@@ -47,12 +47,36 @@ COUNTS = ("rollouts_generated", "rollouts_trained", "tokens_generated", "tokens_
 REFILLS = ("generation_rounds", "prompts_generated", "groups_dropped_frac")
 PEAK = "the mean over seeds of each seed's highest evaluation"
 MEASURES = ("time_to_target", "steps_to_target", "mean_accuracy")  # the tests of each arm against the baseline
-PERMUTATION_MEASURES = 2  # of MEASURES, those by the permutation test (discrete p-values): time and steps to target
+# A comparison clocked by steps tests what does not depend on the machine; its times to target are reported (seconds
+# of whichever machines ran it) and projected onto each machine's cost per step, not tested.
+STEP_CLOCK_MEASURES = ("steps_to_target", "mean_accuracy")
+NOT_TESTED = "not tested"
+
+
+def family_measures(clock: str) -> tuple[str, ...]:
+    """The measures tested against the baseline under `clock` ("seconds" or "steps")."""
+    return MEASURES if clock == "seconds" else STEP_CLOCK_MEASURES
+
+
+def permutation_measures(clock: str) -> int:
+    """Of the tested measures, those by the permutation test (discrete p-values): time and steps to target."""
+    return sum(measure != "mean_accuracy" for measure in family_measures(clock))
+
+
+PERMUTATION_MEASURES = permutation_measures("seconds")
 VERDICTS = {"time_to_target": ("faster", "slower"), "steps_to_target": ("faster", "slower")}
 VERDICTS["mean_accuracy"] = ("higher", "lower")
 NOT_RESOLVED = "not resolved"
 Records = dict[str, list[dict[str, Any]]]  # arm -> per seed {"step": [...], "eval": [...], "machine": {...} | None}
-STEP_MEASURES = ("steps", "seconds_per_step", "per_step", "rollouts_per_trained_row", "dynamic_sampling", "totals")
+STEP_MEASURES = (
+    "steps",
+    "seconds_per_step",
+    "seconds_per_step_by_machine",
+    "per_step",
+    "rollouts_per_trained_row",
+    "dynamic_sampling",
+    "totals",
+)
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -106,7 +130,18 @@ def _refills(steps: list[dict]) -> dict[str, float] | None:
 
 def _machine_warnings(settings: CompareSettings, records: Records) -> list[str]:
     """Seeds whose arms ran on different machines (their speedup divides seconds of two CPUs), else a note when the
-    seeds did (each seed's speedup holds; pooled seconds, such as seconds per step, mix CPUs)."""
+    seeds did (each seed's speedup holds; pooled seconds, such as seconds per step, mix CPUs). A comparison clocked
+    by steps tests nothing in seconds: one note when its runs ran on several machines."""
+    if settings.clock == "steps":
+        machines = machine_counts(records)
+        if len(machines) < 2:
+            return []
+        return [
+            f"The runs ran on {len(machines)} machines ({'; '.join(f'{m}: {k} runs' for m, k in machines.items())}). "
+            "The comparison is clocked by steps, so its tests (steps to target, the window mean over steps) hold "
+            "across them; its times to target in seconds mix those CPUs and are not tested: read the projections, "
+            "one per machine that ran both arms."
+        ]
     labels = {name: [run_machine(run) for run in runs] for name, runs in records.items()}
     mixed = []
     for index, seed in enumerate(settings.seeds):
@@ -152,11 +187,15 @@ def reported_targets(settings: CompareSettings, baseline: list[Curve], primary: 
 
 
 def arm_versus(
-    baseline: dict[str, list[Curve]], arm: dict[str, list[Curve]], target: Target, targets: list[Target]
+    baseline: dict[str, list[Curve]],
+    arm: dict[str, list[Curve]],
+    target: Target,
+    targets: list[Target],
+    clock: str = "seconds",
 ) -> dict[str, Any]:
     """One arm against the baseline (`baseline` and `arm`: curves against "seconds" and against "steps", seed by
     seed): times and steps to `target` per seed and over seeds, the same at every one of `targets`, and the
-    window-mean difference."""
+    window-mean difference over the `clock` axis."""
     accuracy = target.accuracy
     per_seed = {
         axis: [
@@ -165,7 +204,7 @@ def arm_versus(
         ]
         for axis in ("seconds", "steps")
     }
-    windows, differences = window_differences(baseline["seconds"], arm["seconds"])
+    windows, differences = window_differences(baseline[clock], arm[clock])
     by_target = []
     for other in targets:
         row = {"fraction": other.fraction, "accuracy": other.accuracy}
@@ -194,16 +233,25 @@ def _sign_across(by_target: list[dict[str, Any]], key: str) -> str:
     return directions.pop() if len(directions) == 1 and directions != {"tie"} else "changes"
 
 
-def decide(versus: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
+def decide(
+    versus: dict[str, dict[str, Any]], clock: str = "seconds"
+) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
     """Verdicts of every arm against the baseline ({arm: {measure: word}}) after Holm's adjustment over the family
-    of every arm's MEASURES, and the family's description; the adjusted p-values are written into `versus`."""
-    members = [(name, measure) for name in versus for measure in MEASURES]
+    of every arm's measures under `clock` (`family_measures`; an untested one gets NOT_TESTED and no p-value), and
+    the family's description; the adjusted p-values are written into `versus`."""
+    tested = family_measures(clock)
+    members = [(name, measure) for name in versus for measure in tested]
     p_values = [
         versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]["p_value"]
         for name, measure in members
     ]
     adjusted = holm(p_values)
     verdicts: dict[str, dict[str, str]] = {name: {} for name in versus}
+    for name in versus:
+        for measure in MEASURES:
+            if measure not in tested:
+                versus[name].setdefault("adjusted_p_values", {})[measure] = None
+                verdicts[name][measure] = versus[name].setdefault("verdicts", {})[measure] = NOT_TESTED
     for (name, measure), p_value in zip(members, adjusted, strict=True):
         versus[name].setdefault("adjusted_p_values", {})[measure] = p_value
         figure = versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]
@@ -214,6 +262,7 @@ def decide(versus: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, str]]
         versus[name].setdefault("verdicts", {})[measure] = verdicts[name][measure]
     family = {
         "tests": sum(p is not None for p in p_values),
+        "measures": list(tested),
         "adjustment": "Holm",
         "level": LEVEL,
         "members": [f"{name}: {measure}" for name, measure in members],
@@ -235,9 +284,15 @@ def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
     seconds = {phase: float(np.mean([s[f"pods/time_{phase}"] for s in steps])) for phase in PHASES}
     seconds["total"] = sum(seconds.values())
     per_step = {c: float(np.mean([s[f"pods/{c}"] for s in steps])) for c in COUNTS}
+    by_machine: dict[str, list[float]] = {}
+    for run in runs:
+        by_machine.setdefault(run_machine(run), []).extend(
+            sum(step[f"pods/time_{phase}"] for phase in PHASES) for step in run["step"]
+        )
     return {
         "steps": spread([len(run["step"]) for run in runs]),
         "seconds_per_step": seconds,
+        "seconds_per_step_by_machine": {label: float(np.mean(s)) for label, s in by_machine.items() if s},
         "per_step": per_step,
         "rollouts_per_trained_row": per_step["rollouts_generated"] / per_step["rollouts_trained"],
         "dynamic_sampling": _refills(steps),
@@ -248,8 +303,9 @@ def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def projections(
     arms: dict[str, dict[str, Any]], baseline: str, cost_model: CostModel, cost_models: list[StepCost]
 ) -> None:
-    """Each arm's steps-to-target speedup turned into a time-to-target speedup by a step cost: this machine's
-    measured seconds per step, its fitted cost model, and `cost_models` (the built-in references and the user's).
+    """Each arm's steps-to-target speedup turned into a time-to-target speedup by a step cost: the measured seconds
+    per step (on each machine that ran both arms, when the runs ran on several), the fitted cost model, and
+    `cost_models` (the built-in references and the user's).
     The projection is the steps speedup x the baseline's step cost / the arm's; its interval the steps interval's,
     scaled the same (the cost taken as known). Written into each arm's "vs_baseline"."""
     base = arms[baseline]
@@ -259,12 +315,26 @@ def projections(
         if versus is None:
             continue
         generated, trained = arm["per_step"]["rollouts_generated"], arm["per_step"]["rollouts_trained"]
-        costs = {
-            "this machine, measured": (
-                "mean seconds per step of these runs",
-                arm["seconds_per_step"]["total"],
-                base["seconds_per_step"]["total"],
-            ),
+        base_machines = base.get("seconds_per_step_by_machine") or {}
+        arm_machines = arm.get("seconds_per_step_by_machine") or {}
+        if len(base_machines.keys() | arm_machines.keys()) > 1:
+            costs = {
+                f"measured on {label}": (
+                    f"mean seconds per step of the runs on {label}",
+                    arm_machines.get(label),
+                    base_machines.get(label),
+                )
+                for label in sorted(base_machines.keys() | arm_machines.keys())
+            }
+        else:
+            costs = {
+                "this machine, measured": (
+                    "mean seconds per step of these runs",
+                    arm["seconds_per_step"]["total"],
+                    base["seconds_per_step"]["total"],
+                )
+            }
+        costs |= {
             "this machine, fitted": (
                 "this comparison's cost model",
                 cost_model.step_seconds(generated, trained),
@@ -313,11 +383,13 @@ def summarize(
     so. `saved_steps` and `saved_cost_model`: each arm's `STEP_MEASURES` and the cost model, for records without
     step logs (a report rewritten from comparison.json)."""
     metric = settings.metric
+    clock = settings.clock
     seconds = {name: curves_of(runs, metric, "train_seconds") for name, runs in records.items()}
     steps = {name: curves_of(runs, metric, "step") for name, runs in records.items()}
+    clocked = seconds if clock == "seconds" else steps  # the axis of the budget, the window and the target's plateau
     baseline = settings.baseline
-    target = choose_target(settings, seconds.get(baseline))
-    targets = [] if target is None else reported_targets(settings, seconds[baseline], target)
+    target = choose_target(settings, clocked.get(baseline))
+    targets = [] if target is None else reported_targets(settings, clocked[baseline], target)
     if saved_steps is None:
         saved_steps = {name: step_measures(runs) for name, runs in records.items()}
     cost_model = saved_cost_model or CostModel.fit(
@@ -334,6 +406,7 @@ def summarize(
                 {"seconds": seconds[name], "steps": steps[name]},
                 target,
                 targets,
+                clock,
             )
         arms[name] = {
             "n": n,
@@ -356,10 +429,10 @@ def summarize(
             "predicted_seconds_per_step": cost_model.step_seconds(
                 measured["per_step"]["rollouts_generated"], measured["per_step"]["rollouts_trained"]
             ),
-            "curve": band(seconds[name]),
+            "curve": band(clocked[name], "train_seconds" if clock == "seconds" else "step"),
         }
     compared = {name: arm["vs_baseline"] for name, arm in arms.items() if arm["vs_baseline"] is not None}
-    verdicts, family = decide(compared)
+    verdicts, family = decide(compared, clock)
     cost_models = [*REFERENCE_COSTS, *StepCost.check_all(settings.cost_models or [], "cost_models")]
     if compared:
         projections(arms, baseline, cost_model, cost_models)
@@ -367,6 +440,7 @@ def summarize(
     return {
         "settings": settings.to_dict(),
         "metric": metric,
+        "clock": clock,
         "target": None if target is None else {**asdict(target), "baseline": baseline},
         "targets": [asdict(t) for t in targets],
         "method": {
@@ -388,7 +462,7 @@ def summarize(
         "warnings": _interim_warnings(settings.seeds, seeds_left)
         + _legacy_warnings(settings)
         + tuning_warnings(learning_rates)
-        + _warnings(settings, records, seconds, target, compared),
+        + _warnings(settings, records, clocked, target, compared),
         "definitions": DEFINITIONS,
     }
 
@@ -471,11 +545,21 @@ def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, fa
         )
         signs = versus["sign_across_targets"]
         fractions = "/".join(f"{row['fraction']:.0%}" if row["fraction"] else "abs" for row in versus["by_target"])
+        lead = "steps_to_target" if words["time_to_target"] == NOT_TESTED else "time_to_target"
         across = (
-            f"{signs['time_to_target']} at every target ({fractions} of the gain)"
-            if signs["time_to_target"] != "changes"
+            f"{signs[lead]} at every target ({fractions} of the gain)"
+            if signs[lead] != "changes"
             else f"its sign changes across the targets ({fractions} of the gain)"
         )
+        if lead == "steps_to_target":
+            lines.append(
+                f"{name} vs {baseline}: steps to target {speedup_text(steps)}, {reached}: "
+                f"{verdict_text(words['steps_to_target'], adjusted['steps_to_target'])}; {across}; mean accuracy "
+                f"over the window of steps {difference_text(versus['mean_accuracy_difference'])}: "
+                f"{verdict_text(words['mean_accuracy'], adjusted['mean_accuracy'])}; time to target in measured "
+                f"seconds {speedup_text(time)} (not tested: see the projections per machine)"
+            )
+            continue
         lines.append(
             f"{name} vs {baseline}: time to target {speedup_text(time)}, {reached}: "
             f"{verdict_text(words['time_to_target'], adjusted['time_to_target'])}; {across}; in steps "
@@ -486,10 +570,16 @@ def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, fa
     if lines and target is not None:
         lines.append(
             f"Target: {target_text(target, baseline)}. Verdicts at the {1 - LEVEL:.0%} level after Holm's adjustment "
-            f"over the family of {family['tests']} tests (time to target, steps to target and mean accuracy of each "
-            f"arm against {baseline}); the intervals are {LEVEL:.0%} per comparison, unadjusted."
+            f"over the family of {family['tests']} tests ({_measures_text(family)} of each arm against {baseline}); "
+            f"the intervals are {LEVEL:.0%} per comparison, unadjusted."
         )
     return lines
+
+
+def _measures_text(family: dict[str, Any]) -> str:
+    """ "time to target, steps to target and mean accuracy": the family's tested measures in words."""
+    names = [measure.replace("_", " ") for measure in family.get("measures", MEASURES)]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 # ---------------------------------------------------------------- warnings
@@ -515,7 +605,7 @@ def _warnings(
     if target is not None:
         warnings += _target_warnings(settings, curves, target.accuracy)
     if compared:
-        warnings += resolvable_warnings(len(settings.seeds), len(compared))
+        warnings += resolvable_warnings(len(settings.seeds), len(compared), settings.clock)
     warnings += _machine_warnings(settings, records)
     for index, seed in enumerate(settings.seeds):
         starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
@@ -527,10 +617,10 @@ def _warnings(
     return warnings
 
 
-def resolvable_warnings(seeds: int, arms: int) -> list[str]:
+def resolvable_warnings(seeds: int, arms: int, clock: str = "seconds") -> list[str]:
     """One line when `seeds` per arm cannot resolve a time or steps to target for any of `arms` arms against the
     baseline, however large the difference: the permutation tests' p-values are discrete and Holm multiplies them."""
-    tests = arms * PERMUTATION_MEASURES
+    tests = arms * permutation_measures(clock)
     least = least_adjusted_p_value(seeds, tests)
     if least <= ALPHA:
         return []
@@ -564,11 +654,16 @@ def _target_warnings(settings: CompareSettings, curves: dict[str, list[Curve]], 
 
 
 DEFINITIONS = {
+    "clock": "what each run's budget, the window and the target's plateau count: seconds of training (time_budget) "
+    "or optimizer steps (trainer.max_steps with time_budget null, evaluations every eval.every_steps). Learning per "
+    "step does not depend on the machine, so a comparison clocked by steps may run across machines: it tests steps "
+    "to target and the window mean over steps, and reports times to target in seconds untested, with projections "
+    "onto each machine's measured cost per step",
     "metric": "the held-out measure compared: accuracy (greedy pass@1) or accuracy_sampled (pass@1 averaged over "
     "eval.sampled_k samples at the training temperature)",
     "evaluations": "every evaluation of every seed, as in its metrics.jsonl: taken once the training clock crosses "
-    "k x eval.every_seconds (the same grid for every arm), at the exact training seconds and step recorded; the "
-    "start and the end are evaluated too",
+    "k x eval.every_seconds (or after every eval.every_steps steps; the same grid for every arm), at the exact "
+    "training seconds and step recorded; the start and the end are evaluated too",
     "target": "target_accuracy when set, else target_gain of the baseline's gain: its base is the mean over seeds of "
     f"the first evaluation (before training), its plateau the mean over seeds of each curve's mean over the last "
     f"{PLATEAU_SHARE:.0%} of the window (up to the end of the shortest baseline run), so that no single noisy "
@@ -582,23 +677,27 @@ DEFINITIONS = {
     "Per seed (speedup_per_seed): the baseline's crossing / the arm's where both reached the target, the bounds "
     "their brackets allow, and whether the brackets decide: faster, slower, undecided or neither reached",
     "mean_accuracy_difference": "per seed: the arm's minus the baseline's mean accuracy over the window from the "
-    "start to the end of the shorter of the two runs (area under the linearly interpolated curve / its length); "
+    "start to the end of the shorter of the two runs, in seconds or steps by the clock (area under the linearly "
+    "interpolated curve / its length); "
     f"over seeds: the mean with a {LEVEL:.0%} Student-t interval and its p-value",
     "verdicts": "per arm against the baseline: time_to_target and steps_to_target faster/slower, mean_accuracy "
-    f"higher/lower, when the test's p-value after Holm's adjustment over the family (every arm's three tests) is at "
+    f"higher/lower, when the test's p-value after Holm's adjustment over the family (every arm's three tests; two, "
+    f"steps and the window, when clocked by steps, its time to target then '{NOT_TESTED}') is at "
     f"most {ALPHA:g} and, for a speedup, its {LEVEL:.0%} interval lies wholly on that side of 1; else not resolved. "
     f"The intervals are {LEVEL:.0%} per comparison, not adjusted",
     "sign_across_targets": "faster (or slower) when the time (steps) to target test leans that way at every target "
     "of by_target, else changes",
     "projections": "the steps-to-target speedup x the baseline's step cost / the arm's, with its interval scaled "
-    "alike: on this machine (measured seconds per step, and the fitted cost model) and on each step cost of "
+    "alike: on this machine (measured seconds per step, per machine when the runs ran on several, and the fitted "
+    "cost model) and on each step cost of "
     "cost_model.references (an H200's and the PODS paper's built in, and the settings' cost_models); an arm's rollouts "
     "per step are rescaled to the reference's batch (the baseline's trained rollouts per step at its "
     "trained_per_step); a reference without an update cost projects only arms that train as many rows as the baseline",
     "warnings": "an arm that reaches the target at its first evaluation, a baseline that reaches it only at its "
     f"last, a bracket wider than {WIDE_BRACKET:g} of the time it bounds: those figures are set by the evaluation "
     "schedule",
-    "curve": "each seed's evaluations interpolated linearly onto the union of the arm's evaluation times (held at "
+    "curve": "each seed's evaluations interpolated linearly onto the union of the arm's evaluation times or steps, "
+    "by the clock (held at "
     "the last value after the run ends); the mean over seeds is drawn bold, each seed thin",
     "seconds_per_step": "mean over all steps of all seeds of the logged phase times (pods/time_*)",
     "seconds_per_evaluation": "mean wall time of one evaluation over all evaluations of all seeds (not on the "

@@ -13,7 +13,7 @@ import numpy as np
 from rich.table import Table
 
 from pods_rl.compare.cost_model import PHASES
-from pods_rl.compare.measures import COUNTS, difference_text, p_text, ratio_text, target_text
+from pods_rl.compare.measures import COUNTS, MEASURES, difference_text, p_text, ratio_text, target_text
 from pods_rl.compare.tuning import tuning_machines
 
 matplotlib.use("Agg")
@@ -165,13 +165,14 @@ def _projection_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[
 def _per_seed_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
     """Per arm and seed: steps, training s, peak, time and steps to target, speedup per seed, window difference."""
     seeds = comparison["settings"]["seeds"]
+    per_seed = "speedup_per_seed" if _clock(comparison) == "seconds" else "steps_speedup_per_seed"
     rows = []
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
         for index, seed in enumerate(seeds):
             hit = "-" if arm["time_to_target"] is None else time_text(arm["time_to_target"][index])
             steps = "-" if arm["steps_to_target"] is None else time_text(arm["steps_to_target"][index])
-            speedup = "baseline" if versus is None else seed_speedup_text(versus["speedup_per_seed"][index])
+            speedup = "baseline" if versus is None else seed_speedup_text(versus[per_seed][index])
             difference = (
                 "baseline" if versus is None else f"{100 * versus['mean_accuracy_difference_per_seed'][index]:+.1f}"
             )
@@ -202,6 +203,19 @@ PER_SEED_COLUMNS = (
     "speedup [bounds], brackets decide",
     "Δ mean acc (points)",
 )
+
+
+MEASURE_NAMES = {
+    "time_to_target": "time to target",
+    "steps_to_target": "steps to target",
+    "mean_accuracy": "mean accuracy",
+}
+
+
+def _clock(comparison: dict[str, Any]) -> str:
+    """ "seconds" or "steps": what the comparison's budget, window and per-seed speedups count (older folders:
+    seconds)."""
+    return comparison.get("clock", "seconds")
 
 
 def _title(comparison: dict[str, Any]) -> str:
@@ -255,11 +269,17 @@ def _comparison_sections(comparison: dict[str, Any]) -> str:
         + f", at {cost['trained_per_step']:g} trained rollouts a step for the baseline."
         for cost in comparison["cost_model"]["references"]
     )
+    tested = ", ".join(MEASURE_NAMES[m] for m in family.get("measures", MEASURES))
+    untested = (
+        ""
+        if _clock(comparison) == "seconds"
+        else " Clocked by steps: the time to target (seconds of whichever machines ran each run) is reported, not "
+        "tested; the projections below give it per machine."
+    )
     return f"""## Verdicts against `{comparison["target"]["baseline"]}`
 
 Speedup: {method["speedup"]}. Window mean: {method["mean_accuracy"]}. Verdicts after Holm's adjustment over the
-{family["tests"]} tests of the family (each arm's time to target, steps to target and mean accuracy); every
-interval is 95% for its own comparison.
+{family["tests"]} tests of the family (each arm's {tested}); every interval is 95% for its own comparison.{untested}
 
 {_markdown_table(VERDICT_COLUMNS, _verdict_rows(comparison))}
 
@@ -272,8 +292,8 @@ and whether the test leans the same way at every one.
 
 ## Steps to target projected onto other step costs
 
-The steps-to-target speedup x the baseline's step cost / the arm's (its interval scaled alike), on this machine
-(measured seconds per step; the fitted cost model) and on:
+The steps-to-target speedup x the baseline's step cost / the arm's (its interval scaled alike), on the machines
+that ran it (measured seconds per step, per machine when there were several; the fitted cost model) and on:
 {references}
 
 {_markdown_table(projection_columns, projection_rows)}
@@ -324,6 +344,8 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
     summary = "\n".join(f"- {line}" for line in comparison["summary"]) or "- no arm besides the baseline"
     warnings = "".join(f"\n**Warning:** {warning}\n" for warning in comparison["warnings"])
     budget = settings["time_budget"]
+    steps_budget = (settings.get("trainer") or {}).get("max_steps")
+    budget_text = f"{budget:g} s training-time budget" if budget is not None else f"{steps_budget} steps"
     every = settings["eval"]["every_seconds"]
     schedule = (
         f"evaluation each time the training clock crosses a multiple of {every:g} s"
@@ -358,8 +380,9 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
     return f"""# Comparison: {Path(settings["model"]).name} on {settings["task"]}{_interim_text(comparison)}
 
 Pool n = {settings["n"]}, trained m = {settings["m"]}, {settings["prompts_per_step"]} prompt(s) per step, \
-seeds {settings["seeds"]}, {"no" if budget is None else f"{budget:g} s"} training-time budget per run, \
-{schedule}; measure: `{comparison["metric"]}`.
+seeds {settings["seeds"]}, {budget_text} per run, {schedule}; measure: `{comparison["metric"]}`{
+        "" if _clock(comparison) == "seconds" else " (clocked by steps: the window and the verdicts count steps)"
+    }.
 {_title(comparison).capitalize()}.
 Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["machines"].items())}.
 
@@ -367,7 +390,7 @@ Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["ma
 
 {summary}
 {warnings}
-![accuracy vs training time](comparison.png)
+![accuracy vs training {"time" if _clock(comparison) == "seconds" else "steps"}](comparison.png)
 
 {_comparison_sections(comparison)}## Accuracy per arm
 
@@ -458,14 +481,16 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
     """Accuracy vs training time (each seed thin, the mean over seeds bold, the target dashed) and the measured
     seconds per step by phase."""
     arms, metric = comparison["arms"], comparison["metric"]
+    axis = "train_seconds" if _clock(comparison) == "seconds" else "step"
+    hits = "time_to_target" if axis == "train_seconds" else "steps_to_target"
     figure, (curves, costs) = plt.subplots(1, 2, figsize=(13, 4.8), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
     for name, arm in arms.items():
         curve = arm["curve"]
-        (line,) = curves.plot(curve["train_seconds"], [100 * v for v in curve["mean"]], linewidth=2.2, label=name)
+        (line,) = curves.plot(curve[axis], [100 * v for v in curve["mean"]], linewidth=2.2, label=name)
         for evaluations in arm["evaluations"]:
-            times = [e["train_seconds"] for e in evaluations]
+            times = [e[axis] for e in evaluations]
             curves.plot(times, [100 * e[metric] for e in evaluations], color=line.get_color(), linewidth=0.7, alpha=0.5)
-        for hit in arm["time_to_target"] or []:
+        for hit in arm[hits] or []:
             if not hit["censored"]:
                 curves.plot(
                     hit["crossing"], 100 * comparison["target"]["accuracy"], "|", color=line.get_color(), ms=12, mew=2
@@ -478,7 +503,7 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
             else f"target ({target['fraction']:.0%} of {target['baseline']}'s gain)"
         )
         curves.axhline(100 * target["accuracy"], color="gray", linestyle="--", linewidth=1, label=label)
-    curves.set_xlabel("training time (s, evaluation excluded)")
+    curves.set_xlabel("training time (s, evaluation excluded)" if axis == "train_seconds" else "optimizer steps")
     curves.set_ylabel(f"held-out {metric} (%)")
     curves.set_title(
         f"{Path(comparison['settings']['model']).name} on {comparison['settings']['task']}{_interim_text(comparison)}"

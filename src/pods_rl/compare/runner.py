@@ -161,7 +161,11 @@ def plan_table(settings: CompareSettings) -> Table:
 def plan_warnings(settings: CompareSettings) -> list[str]:
     """What the plan can be told before anything trains: seeds too few to resolve any time to target."""
     arms = sum(name != settings.baseline for name in settings.arms)
-    return resolvable_warnings(len(settings.seeds), arms) if arms and settings.baseline in settings.arms else []
+    return (
+        resolvable_warnings(len(settings.seeds), arms, settings.clock)
+        if arms and settings.baseline in settings.arms
+        else []
+    )
 
 
 def run_comparison(
@@ -303,7 +307,7 @@ def _write_saved_report(
         records,
         saved.get("learning_rates"),
         planned_seeds=settings.seeds,
-        saved_steps={name: {key: saved["arms"][name][key] for key in STEP_MEASURES} for name in settings.arms},
+        saved_steps={name: {key: saved["arms"][name].get(key) for key in STEP_MEASURES} for name in settings.arms},
         saved_cost_model=CostModel.from_dict(saved["cost_model"]["phases"]),
     )
     comparison["warnings"].insert(

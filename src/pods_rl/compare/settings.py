@@ -160,6 +160,7 @@ class CompareSettings:
         if not isinstance(self.arms, dict) or not self.arms:
             raise ValueError(f"{where}: arms must be a non-empty mapping of arm name to settings.")
         self._check_tuning(where)
+        self._check_clock(where)
         for name, arm in self.arms.items():
             if not isinstance(arm, dict):
                 raise ValueError(f"{where}: arm {name!r} must be a mapping, got {arm!r}.")
@@ -189,6 +190,22 @@ class CompareSettings:
             raise ValueError(
                 f"{where}: arm(s) {tuned} set trainer.learning_rate; with lr_grid every arm's rate is "
                 "chosen from the grid."
+            )
+
+    @property
+    def clock(self) -> str:
+        """What a run's budget, its evaluations and the window count: "seconds" of training (`time_budget`), or
+        optimizer "steps" (`trainer.max_steps` with `time_budget: null`). Learning per step does not depend on the
+        machine, so a comparison clocked by steps may be resumed on another CPU; its seconds are per machine."""
+        return "seconds" if self.base.get("time_budget") is not None else "steps"
+
+    def _check_clock(self, where: str) -> None:
+        evaluation = self.base.get("eval") or {}
+        if self.clock == "steps" and (evaluation.get("every_seconds") is not None or not evaluation.get("every_steps")):
+            raise ValueError(
+                f"{where}: a comparison clocked by steps (time_budget: null) evaluates every eval.every_steps steps "
+                f"(e.g. every_steps: 5) with eval.every_seconds: null; got every_steps "
+                f"{evaluation.get('every_steps')!r}, every_seconds {evaluation.get('every_seconds')!r}."
             )
 
     def arm_sizes(self, name: str) -> tuple[int, int, str]:
@@ -262,6 +279,8 @@ def resolve_compare(
     data = merge(default_compare_settings(user.get("model", "tiny"), user.get("task", "arithmetic")), user)
     if data["time_budget"] is None and "max_steps" not in (user.get("trainer") or {}):
         raise ValueError(f"{where}: set time_budget (seconds of training per run) or trainer.max_steps.")
+    if data["time_budget"] is None and "every_seconds" not in (user.get("eval") or {}):
+        data["eval"]["every_seconds"] = None  # clocked by steps: the built-in evaluation grid in seconds goes too
     if only:
         unknown = sorted(set(only) - set(arms))
         if unknown:

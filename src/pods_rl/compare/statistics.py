@@ -453,12 +453,13 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def band(curves: Sequence[Curve]) -> dict[str, list[float]]:
-    """Mean, min and max over seeds of curves interpolated onto the union of their times (held after the end)."""
+def band(curves: Sequence[Curve], axis: str = "train_seconds") -> dict[str, list[float]]:
+    """Mean, min and max over seeds of curves interpolated onto the union of their times (held after the end), the
+    times under the key `axis` ("train_seconds" or "step")."""
     grid = np.array(sorted({t for times, _ in curves for t in times}), dtype=float)
     stacked = np.array([np.interp(grid, times, values) for times, values in curves])
     return {
-        "train_seconds": grid.tolist(),
+        axis: grid.tolist(),
         "mean": stacked.mean(axis=0).tolist(),
         "min": stacked.min(axis=0).tolist(),
         "max": stacked.max(axis=0).tolist(),

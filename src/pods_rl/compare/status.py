@@ -44,7 +44,7 @@ class RunProgress:
     machine: str | None = None  # machine_label of what it ran on
 
 
-def run_progress(label: str, run_dir: Path, metric: str) -> RunProgress:
+def run_progress(label: str, run_dir: Path, metric: str, clock: str = "seconds") -> RunProgress:
     if not is_finished(run_dir):
         return RunProgress(label, finished=False)
     records = load_run(run_dir)
@@ -55,7 +55,7 @@ def run_progress(label: str, run_dir: Path, metric: str) -> RunProgress:
         steps=len(steps),
         generate_seconds=float(np.mean([s["pods/time_generate"] for s in steps])),
         update_seconds=float(np.mean([s["pods/time_update"] for s in steps])),
-        window_accuracy=window_accuracy(evaluations, metric),
+        window_accuracy=window_accuracy(evaluations, metric, clock),
         peak_accuracy=max(e[metric] for e in evaluations),
         busy_seconds=evaluations[-1]["train_seconds"] + sum(e.get("eval_seconds", 0.0) for e in evaluations),
         machine=machine_label(records["machine"]),
@@ -81,9 +81,10 @@ def comparison_progress(output_dir: Path) -> ComparisonProgress:
     settings = load_compare(output_dir, "--status")
     metric = settings.metric
     tuning = tuning_runs(settings, output_dir)
-    runs = [run_progress(tuning_label(*key), run_dir, metric) for key, run_dir in tuning.items()]
+    clock = settings.clock
+    runs = [run_progress(tuning_label(*key), run_dir, metric, clock) for key, run_dir in tuning.items()]
     runs += [
-        run_progress(reported_label(name, seed), d, metric)
+        run_progress(reported_label(name, seed), d, metric, clock)
         for (name, seed), d in reported_runs(settings, output_dir).items()
     ]
     if not settings.lr_grid:

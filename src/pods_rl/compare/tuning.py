@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 LR_RULE = (
     "per arm, the rate of lr_grid with the highest mean accuracy over the window (each tuning run's curve from its "
-    "start to its end), averaged over the tuning seeds; a tie goes to the lower rate"
+    "start to its end, against the comparison's clock: seconds of training or steps), averaged over the tuning "
+    "seeds; a tie goes to the lower rate"
 )
 
 
@@ -25,7 +26,7 @@ def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[floa
     arms = {}
     for name, by_rate in tuning.items():
         scores = {
-            rate: float(np.mean([window_accuracy(run["eval"], settings.metric) for run in runs]))
+            rate: float(np.mean([window_accuracy(run["eval"], settings.metric, settings.clock) for run in runs]))
             for rate, runs in by_rate.items()
         }
         chosen = min(scores, key=lambda rate: (-scores[rate], rate))
@@ -37,14 +38,20 @@ def choose_learning_rates(settings: CompareSettings, tuning: dict[str, dict[floa
             },
             "machines": sorted({machine_label(run.get("machine")) for runs in by_rate.values() for run in runs}),
         }
-    return {"rule": LR_RULE, "grid": settings.lr_grid, "tuning_seeds": settings.tuning_seeds, "arms": arms}
+    return {
+        "rule": LR_RULE,
+        "clock": settings.clock,
+        "grid": settings.lr_grid,
+        "tuning_seeds": settings.tuning_seeds,
+        "arms": arms,
+    }
 
 
 def tuning_warnings(learning_rates: dict[str, Any] | None) -> list[str]:
     """What keeps the tuning from being alike for every arm: an arm whose chosen rate is the grid's highest or
     lowest (the best rate may lie outside it; the remedy widens the grid for every arm, keeping the finished runs),
-    and tuning runs on different machines (the window is seconds of training, so a faster CPU fits more steps into
-    it and can move the best rate)."""
+    and tuning runs on different machines when the window is seconds of training (a faster CPU fits more steps into
+    it and can move the best rate; a comparison clocked by steps gives every run the same steps)."""
     if learning_rates is None:
         return []
     grid = sorted(learning_rates["grid"])
@@ -58,7 +65,8 @@ def tuning_warnings(learning_rates: dict[str, Any] | None) -> list[str]:
                 f"so a {beyond} one may do better; widen the grid for every arm and resume (pods compare --resume "
                 "<folder> --set 'lr_grid=[...]') before reading the arms as tuned."
             )
-    if len({label for arm in learning_rates["arms"].values() for label in arm["machines"]}) > 1:
+    machines = {label for arm in learning_rates["arms"].values() for label in arm["machines"]}
+    if len(machines) > 1 and learning_rates.get("clock", "seconds") == "seconds":
         by_machines = tuning_machines(learning_rates)
         where = "; ".join(f"{', '.join(names)} on {labels}" for labels, names in by_machines.items())
         warnings.append(
@@ -77,7 +85,8 @@ def tuning_machines(learning_rates: dict[str, Any]) -> dict[str, list[str]]:
     return by_machines
 
 
-def window_accuracy(evaluations: list[dict], metric: str) -> float:
-    """The tuning rule's score of one run: its mean accuracy from its first evaluation to its last (the end)."""
-    times = [e["train_seconds"] for e in evaluations]
+def window_accuracy(evaluations: list[dict], metric: str, clock: str = "seconds") -> float:
+    """The tuning rule's score of one run: its mean accuracy from its first evaluation to its last (the end), against
+    training seconds or steps (`clock`)."""
+    times = [e["train_seconds" if clock == "seconds" else "step"] for e in evaluations]
     return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])

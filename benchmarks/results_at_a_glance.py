@@ -74,10 +74,10 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in table:
-        verdicts = set(row["verdicts"].values())
+        verdicts = set(row["verdicts"].values()) - {"not tested"}  # a step-clocked comparison's time to target
         verdict = "none resolved" if verdicts == {"not resolved"} else ", ".join(sorted(verdicts))
         measures = ("time_to_target", "steps_to_target", "mean_accuracy")
-        adjusted = ", ".join(f"{row['adjusted'][key]:.3f}" for key in measures)
+        adjusted = ", ".join("-" if row["adjusted"][key] is None else f"{row['adjusted'][key]:.3f}" for key in measures)
         setup = f"[{row['setup']}]({link_prefix}{row['page']}) ({row['cpu']})"
         lines.append(
             f"| {setup} | {row['arm']} vs {row['baseline']} | {ratio(row['time'])} | {ratio(row['steps'])} | "

@@ -233,3 +233,25 @@ def test_results_at_a_glance_are_the_records():
     assert len(every_row) == 22  # 4 arms against the baseline in four comparisons, 6 in the allocation one
     assert results_at_a_glance.markdown(every_row, "") in index
     assert all(row["verdicts"] == dict.fromkeys(row["verdicts"], "not resolved") for row in every_row)
+
+
+def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
+    """A step-clocked comparison's time to target is reported untested: no p-value, and "not tested" is not a
+    verdict of the row."""
+    results_at_a_glance = load_results_at_a_glance()
+    row = {
+        "page": "page.md",
+        "setup": "setup",
+        "cpu": "cpu",
+        "arm": "pods 16/4",
+        "baseline": "grpo 4/4",
+        **{key: {"estimate": 1.5, "low": 0.5, "high": 3.0} for key in ("time", "steps")},
+        "window": {"estimate": 0.02, "low": -0.01, "high": 0.05},
+        "adjusted": {"time_to_target": None, "steps_to_target": 0.5, "mean_accuracy": 0.25},
+        "verdicts": {
+            "time_to_target": "not tested",
+            "steps_to_target": "not resolved",
+            "mean_accuracy": "not resolved",
+        },
+    }
+    assert results_at_a_glance.markdown([row]).splitlines()[-1].endswith("| none resolved (-, 0.500, 0.250) |")

@@ -18,6 +18,7 @@ import numpy as np
 from pods_rl.compare.cost_model import PHASES, REFERENCE_COSTS, CostModel, StepCost, when_pods_pays
 from pods_rl.compare.statistics import (
     ALPHA,
+    CLOCK_AXES,
     LEVEL,
     PLATEAU_SHARE,
     SPEEDUP_METHOD,
@@ -132,31 +133,30 @@ def _machine_warnings(settings: CompareSettings, records: Records) -> list[str]:
     """Seeds whose arms ran on different machines (their speedup divides seconds of two CPUs), else a note when the
     seeds did (each seed's speedup holds; pooled seconds, such as seconds per step, mix CPUs). A comparison clocked
     by steps tests nothing in seconds: one note when its runs ran on several machines."""
+    machines = machine_counts(records)
+    listing = "; ".join(f"{label}: {count} runs" for label, count in machines.items())
     if settings.clock == "steps":
-        machines = machine_counts(records)
         if len(machines) < 2:
             return []
         return [
-            f"The runs ran on {len(machines)} machines ({'; '.join(f'{m}: {k} runs' for m, k in machines.items())}). "
-            "The comparison is clocked by steps, so its tests (steps to target, the window mean over steps) hold "
-            "across them; its times to target in seconds mix those CPUs and are not tested: read the projections, "
-            "one per machine that ran both arms."
+            f"The runs ran on {len(machines)} machines ({listing}). The comparison is clocked by steps, so its tests "
+            "(steps to target, the window mean over steps) hold across them; its times to target in seconds mix "
+            "those CPUs and are not tested: read the projections, one per machine that ran both arms."
         ]
     labels = {name: [run_machine(run) for run in runs] for name, runs in records.items()}
     mixed = []
     for index, seed in enumerate(settings.seeds):
-        machines = sorted({arm_labels[index] for arm_labels in labels.values()})
-        if len(machines) > 1:
-            mixed.append(f"seed {seed} ({'; '.join(machines)})")
+        seed_machines = sorted({arm_labels[index] for arm_labels in labels.values()})
+        if len(seed_machines) > 1:
+            mixed.append(f"seed {seed} ({'; '.join(seed_machines)})")
     if mixed:
         return [
             f"The arms of {', '.join(mixed)} ran on different machines: those seeds' times and speedups compare "
             "seconds from different CPUs. Rerun them on one machine."
         ]
-    machines = machine_counts(records)
     if len(machines) > 1:
         return [
-            f"The seeds ran on {len(machines)} machines ({'; '.join(f'{m}: {k} runs' for m, k in machines.items())}); "
+            f"The seeds ran on {len(machines)} machines ({listing}); "
             "each seed's arms share one, so per-seed speedups hold, but pooled seconds (per step, per evaluation, "
             "the curves' time axis) mix CPUs."
         ]
@@ -384,8 +384,8 @@ def summarize(
     step logs (a report rewritten from comparison.json)."""
     metric = settings.metric
     clock = settings.clock
-    seconds = {name: curves_of(runs, metric, "train_seconds") for name, runs in records.items()}
-    steps = {name: curves_of(runs, metric, "step") for name, runs in records.items()}
+    seconds = {name: curves_of(runs, metric, CLOCK_AXES["seconds"]) for name, runs in records.items()}
+    steps = {name: curves_of(runs, metric, CLOCK_AXES["steps"]) for name, runs in records.items()}
     clocked = seconds if clock == "seconds" else steps  # the axis of the budget, the window and the target's plateau
     baseline = settings.baseline
     target = choose_target(settings, clocked.get(baseline))
@@ -429,7 +429,7 @@ def summarize(
             "predicted_seconds_per_step": cost_model.step_seconds(
                 measured["per_step"]["rollouts_generated"], measured["per_step"]["rollouts_trained"]
             ),
-            "curve": band(clocked[name], "train_seconds" if clock == "seconds" else "step"),
+            "curve": band(clocked[name], CLOCK_AXES[clock]),
         }
     compared = {name: arm["vs_baseline"] for name, arm in arms.items() if arm["vs_baseline"] is not None}
     verdicts, family = decide(compared, clock)
@@ -570,13 +570,13 @@ def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, fa
     if lines and target is not None:
         lines.append(
             f"Target: {target_text(target, baseline)}. Verdicts at the {1 - LEVEL:.0%} level after Holm's adjustment "
-            f"over the family of {family['tests']} tests ({_measures_text(family)} of each arm against {baseline}); "
+            f"over the family of {family['tests']} tests ({measures_text(family)} of each arm against {baseline}); "
             f"the intervals are {LEVEL:.0%} per comparison, unadjusted."
         )
     return lines
 
 
-def _measures_text(family: dict[str, Any]) -> str:
+def measures_text(family: dict[str, Any]) -> str:
     """ "time to target, steps to target and mean accuracy": the family's tested measures in words."""
     names = [measure.replace("_", " ") for measure in family.get("measures", MEASURES)]
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]

@@ -13,7 +13,8 @@ import numpy as np
 from rich.table import Table
 
 from pods_rl.compare.cost_model import PHASES
-from pods_rl.compare.measures import COUNTS, MEASURES, difference_text, p_text, ratio_text, target_text
+from pods_rl.compare.measures import COUNTS, difference_text, measures_text, p_text, ratio_text, target_text
+from pods_rl.compare.statistics import CLOCK_AXES
 from pods_rl.compare.tuning import tuning_machines
 
 matplotlib.use("Agg")
@@ -205,13 +206,6 @@ PER_SEED_COLUMNS = (
 )
 
 
-MEASURE_NAMES = {
-    "time_to_target": "time to target",
-    "steps_to_target": "steps to target",
-    "mean_accuracy": "mean accuracy",
-}
-
-
 def _clock(comparison: dict[str, Any]) -> str:
     """ "seconds" or "steps": what the comparison's budget, window and per-seed speedups count (older folders:
     seconds)."""
@@ -269,7 +263,6 @@ def _comparison_sections(comparison: dict[str, Any]) -> str:
         + f", at {cost['trained_per_step']:g} trained rollouts a step for the baseline."
         for cost in comparison["cost_model"]["references"]
     )
-    tested = ", ".join(MEASURE_NAMES[m] for m in family.get("measures", MEASURES))
     untested = (
         ""
         if _clock(comparison) == "seconds"
@@ -279,7 +272,8 @@ def _comparison_sections(comparison: dict[str, Any]) -> str:
     return f"""## Verdicts against `{comparison["target"]["baseline"]}`
 
 Speedup: {method["speedup"]}. Window mean: {method["mean_accuracy"]}. Verdicts after Holm's adjustment over the
-{family["tests"]} tests of the family (each arm's {tested}); every interval is 95% for its own comparison.{untested}
+{family["tests"]} tests of the family (each arm's {measures_text(family)}); every interval is 95% for its own
+comparison.{untested}
 
 {_markdown_table(VERDICT_COLUMNS, _verdict_rows(comparison))}
 
@@ -481,8 +475,8 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
     """Accuracy vs training time (each seed thin, the mean over seeds bold, the target dashed) and the measured
     seconds per step by phase."""
     arms, metric = comparison["arms"], comparison["metric"]
-    axis = "train_seconds" if _clock(comparison) == "seconds" else "step"
-    hits = "time_to_target" if axis == "train_seconds" else "steps_to_target"
+    axis = CLOCK_AXES[_clock(comparison)]
+    hits = "time_to_target" if _clock(comparison) == "seconds" else "steps_to_target"
     figure, (curves, costs) = plt.subplots(1, 2, figsize=(13, 4.8), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
     for name, arm in arms.items():
         curve = arm["curve"]
@@ -503,7 +497,7 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
             else f"target ({target['fraction']:.0%} of {target['baseline']}'s gain)"
         )
         curves.axhline(100 * target["accuracy"], color="gray", linestyle="--", linewidth=1, label=label)
-    curves.set_xlabel("training time (s, evaluation excluded)" if axis == "train_seconds" else "optimizer steps")
+    curves.set_xlabel("training time (s, evaluation excluded)" if hits == "time_to_target" else "optimizer steps")
     curves.set_ylabel(f"held-out {metric} (%)")
     curves.set_title(
         f"{Path(comparison['settings']['model']).name} on {comparison['settings']['task']}{_interim_text(comparison)}"

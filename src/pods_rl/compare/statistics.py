@@ -64,6 +64,8 @@ SPEEDUP_METHOD = (
 )
 
 Curve = tuple[Sequence[float], Sequence[float]]  # one run's evaluations: (seconds or steps, accuracies)
+# The key of an evaluation record that each comparison clock reads a curve's times from.
+CLOCK_AXES = {"seconds": "train_seconds", "steps": "step"}
 
 
 def peak(curves: Sequence[Curve]) -> float:

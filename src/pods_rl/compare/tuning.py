@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pods_rl.compare.statistics import mean_accuracy
+from pods_rl.compare.statistics import CLOCK_AXES, mean_accuracy
 from pods_rl.machine import machine_label
 
 if TYPE_CHECKING:
@@ -88,5 +88,5 @@ def tuning_machines(learning_rates: dict[str, Any]) -> dict[str, list[str]]:
 def window_accuracy(evaluations: list[dict], metric: str, clock: str = "seconds") -> float:
     """The tuning rule's score of one run: its mean accuracy from its first evaluation to its last (the end), against
     training seconds or steps (`clock`)."""
-    times = [e["train_seconds" if clock == "seconds" else "step"] for e in evaluations]
+    times = [e[CLOCK_AXES[clock]] for e in evaluations]
     return mean_accuracy(times, [e[metric] for e in evaluations], times[-1])

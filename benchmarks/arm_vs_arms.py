@@ -4,7 +4,8 @@ comparison.md measures every arm against one baseline (GRPO); a reader choosing 
 needs PODS against each of them. This reads comparison.json (no training) and applies the report's measures with
 each other arm in turn as the baseline: time and steps to the target (the report's permutation test, 95% interval),
 and the difference in mean accuracy over the window (95% t interval) with the per-seed differences. The verdicts are
-Holm-adjusted over this table's own family (three tests per other arm).
+Holm-adjusted over this table's own family (three tests per other arm; two when the comparison is clocked by steps:
+its window counts steps and its time to target, which mixes the machines the runs ran on, is not tested).
 
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-3term-epyc
     .venv/bin/python benchmarks/arm_vs_arms.py benchmarks/results/smollm2-sums --arm pods-ds
@@ -49,10 +50,13 @@ def main() -> None:
     }
     if args.arm not in curves:
         raise SystemExit(f"no arm {args.arm!r} in {args.folder}: it has {', '.join(curves)}")
+    clock = comparison.get("clock", "seconds")  # a step-clocked comparison: window by steps, time not tested
     versus = {
-        other: arm_versus(curves[other], curves[args.arm], target, targets) for other in curves if other != args.arm
+        other: arm_versus(curves[other], curves[args.arm], target, targets, clock)
+        for other in curves
+        if other != args.arm
     }
-    _, family = decide(versus)
+    _, family = decide(versus, clock)
     print(f"{args.arm} against every arm; target {target_text(target, saved['baseline'])} ({metric})\n")
     columns = [
         "time to target",

@@ -245,3 +245,61 @@ def test_history_predictability_refuses_bad_input_in_one_line(tmp_path) -> None:
     ):
         result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=60)
         assert result.returncode == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_allocation_stats_averages_each_arms_allocation_over_the_steps_of_its_reported_runs(tmp_path) -> None:
+    """Two arms, two seeds, known step records: each figure is its mean over every step of the chosen seeds, a
+    tuning run and an unfinished run are not read, and a figure no step logs is a dash."""
+    import yaml
+
+    from pods_rl.compare.settings import COMPARE_FILE, resolve_compare
+
+    settings = resolve_compare(None, [{"n": 16, "m": 4, "prompts_per_step": 2, "seeds": [0, 1, 2]}])
+    settings.arms = {name: settings.arms[name] for name in ("grpo", "pods")}
+    (tmp_path / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+
+    def run(folder: Path, steps: list[dict], finished: bool = True) -> None:
+        folder.mkdir(parents=True)
+        lines = [{"type": "eval", "step": 0, "accuracy": 0.5}] + [{"type": "step", **step} for step in steps]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        if finished:
+            (folder / "summary.json").write_text("{}")
+
+    grpo = {"pods/rollouts_generated": 8.0, "pods/zero_variance_groups_frac": 0.5}
+    run(tmp_path / "grpo" / "seed-0", [grpo, {**grpo, "pods/zero_variance_groups_frac": 0.0}])
+    run(tmp_path / "grpo" / "seed-1", [grpo])
+    run(tmp_path / "grpo" / "seed-2", [{**grpo, "pods/rollouts_generated": 800.0}], finished=False)
+
+    def screen(screened: float, sizes: tuple[float, float, float]) -> dict:
+        low, mean, high = sizes
+        return {
+            "pods/rollouts_generated": 4 * screened + 24.0,
+            "pods/generation_rounds": screened / 2,
+            "pods/prompts_screened": screened,
+            "pods/prompts_extended": 2.0,
+            "pods/prompts_skipped": screened - 2,
+            "pods/prompts_filled": 0.0,
+            "pods/rollouts_per_prompt_min": low,
+            "pods/rollouts_per_prompt_mean": mean,
+            "pods/rollouts_per_prompt_max": high,
+            "pods/zero_variance_groups_frac": 0.0,
+        }
+
+    run(tmp_path / "pods" / "seed-0", [screen(2, (16, 16, 16)), screen(6, (4, 10, 16))])
+    run(tmp_path / "pods" / "seed-1", [screen(4, (16, 16, 16))])
+    run(tmp_path / "tuning" / "pods" / "lr-0.0001" / "seed-100", [screen(100, (4, 4, 4))])
+
+    script = str(ROOT / "benchmarks" / "allocation_stats.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    shown = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in shown.stdout.splitlines()[4:]}
+    assert rows["grpo"] == ["0 1", "3", "8.0", *["—"] * 9, "33"]
+    # pods: 3 steps screening 2, 6 and 4 prompts (mean 4): 40 rollouts, 2 rounds, 2 extended, 2 skipped; sizes.
+    assert rows["pods"] == ["0 1", "3", "40.0", "2.0", "—", "4.0", "2.0", "2.0", "0.0", "12.0", "14.0", "16.0", "0"]
+    only = subprocess.run(
+        [sys.executable, script, str(tmp_path), "--seeds", "1"], capture_output=True, text=True, env=env
+    )
+    assert "| grpo | 1 | 1 | 8.0 |" in only.stdout and "| pods | 1 | 1 | 40.0 |" in only.stdout
+    missing = subprocess.run([sys.executable, script, str(tmp_path / "none")], capture_output=True, text=True, env=env)
+    assert missing.returncode == 1 and "no comparison there" in missing.stderr

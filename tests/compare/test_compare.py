@@ -17,7 +17,13 @@ from pods_rl.compare import runner as compare_runner
 from pods_rl.compare import settings as settings_module
 from pods_rl.compare import tuning as compare_tuning
 from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
-from pods_rl.compare.measures import PERMUTATION_MEASURES, permutation_measures, summarize
+from pods_rl.compare.measures import (
+    PERMUTATION_MEASURES,
+    difference_text,
+    permutation_measures,
+    speedup_text,
+    summarize,
+)
 from pods_rl.compare.render import comparison_markdown, write_comparison
 from pods_rl.compare.runner import plan_table
 from pods_rl.compare.settings import resolve_compare
@@ -931,6 +937,18 @@ def test_a_comparison_clocked_by_steps_tests_steps_and_the_window_over_steps_and
     assert "not tested (p -)" in markdown
     write_comparison(tmp_path, comparison)  # the picture against steps
     assert (tmp_path / "comparison.png").stat().st_size > 0
+    # benchmarks/arm_vs_arms.py reads the clock too: the window over steps, a family of 2, time not tested.
+    script = Path(__file__).parents[2] / "benchmarks" / "arm_vs_arms.py"
+    shown = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--arm", "pods"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("| grpo | ")).strip("| ").split(" | ")
+    assert row[2] == "not tested"
+    assert row[3] == speedup_text(versus["steps_to_target"])
+    assert row[5] == difference_text(versus["mean_accuracy_difference"])
+    assert row[7] == "+10.0, +8.0, +12.0"  # over seconds: +0.0, -2.0, +2.0
+    assert "over this table's 2 tests" in shown.stdout
 
 
 def test_a_step_clocked_comparison_evaluates_by_steps():

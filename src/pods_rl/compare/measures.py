@@ -310,12 +310,12 @@ def projections(
     scaled the same (the cost taken as known). Written into each arm's "vs_baseline"."""
     base = arms[baseline]
     base_generated, base_trained = base["per_step"]["rollouts_generated"], base["per_step"]["rollouts_trained"]
+    base_machines = base.get("seconds_per_step_by_machine") or {}
     for arm in arms.values():
         versus = arm["vs_baseline"]
         if versus is None:
             continue
         generated, trained = arm["per_step"]["rollouts_generated"], arm["per_step"]["rollouts_trained"]
-        base_machines = base.get("seconds_per_step_by_machine") or {}
         arm_machines = arm.get("seconds_per_step_by_machine") or {}
         if len(base_machines.keys() | arm_machines.keys()) > 1:
             costs = {
@@ -513,7 +513,7 @@ def p_text(p_value: float | None) -> str:
 
 
 def verdict_text(verdict: str, adjusted: float | None) -> str:
-    return f"{verdict} (Holm p {p_text(adjusted)})"
+    return verdict if verdict == NOT_TESTED else f"{verdict} (Holm p {p_text(adjusted)})"
 
 
 def target_text(target: dict[str, Any] | Target, baseline: str) -> str:

@@ -11,12 +11,11 @@ training. A dash: the arm does not log that figure (no allocation, or no dynamic
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from statistics import fmean
 
-from pods_rl.compare.layout import is_finished, reported_runs
+from pods_rl.compare.layout import is_finished, load_run, reported_runs
 from pods_rl.compare.settings import load_compare
-from pods_rl.run.folders import METRICS_FILE
 
 # (column, metric): each a mean over steps of the metric in metrics.jsonl.
 COLUMNS = (
@@ -36,22 +35,9 @@ PERCENT = ("all-equal pools (%)", "pods/zero_variance_groups_frac")
 
 def arm_means(runs: list[Path]) -> tuple[dict[str, float | None], int]:
     """Each metric's mean over every step of `runs` (None where no step logs it), and the number of steps."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    steps = 0
-    for run in runs:
-        for line in (run / METRICS_FILE).read_text().splitlines():
-            record = json.loads(line) if line else {}
-            if record.get("type") != "step":
-                continue
-            steps += 1
-            for _, metric in (*COLUMNS, PERCENT):
-                if metric in record:
-                    sums[metric] = sums.get(metric, 0.0) + record[metric]
-                    counts[metric] = counts.get(metric, 0) + 1
-    return {
-        metric: sums[metric] / counts[metric] if metric in sums else None for _, metric in (*COLUMNS, PERCENT)
-    }, steps
+    steps = [record for run in runs for record in load_run(run)["step"]]
+    logged = {metric: [step[metric] for step in steps if metric in step] for _, metric in (*COLUMNS, PERCENT)}
+    return {metric: fmean(values) if values else None for metric, values in logged.items()}, len(steps)
 
 
 def main() -> None:

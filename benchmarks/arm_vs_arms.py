@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pods_rl.compare.measures import (
     arm_versus,
+    comparison_clock,
     curves_of,
     decide,
     difference_text,
@@ -50,7 +51,7 @@ def main() -> None:
     }
     if args.arm not in curves:
         raise SystemExit(f"no arm {args.arm!r} in {args.folder}: it has {', '.join(curves)}")
-    clock = comparison.get("clock", "seconds")  # a step-clocked comparison: window by steps, time not tested
+    clock = comparison_clock(comparison)  # a step-clocked comparison: window by steps, time not tested
     versus = {
         other: arm_versus(curves[other], curves[args.arm], target, targets, clock)
         for other in curves

@@ -512,6 +512,12 @@ def p_text(p_value: float | None) -> str:
     return "-" if p_value is None else f"{p_value:.3f}" if p_value >= 0.001 else "<0.001"
 
 
+def comparison_clock(comparison: dict[str, Any]) -> str:
+    """ "seconds" or "steps": what the comparison's budget, window and per-seed speedups count (older folders:
+    seconds)."""
+    return comparison.get("clock", "seconds")
+
+
 def verdict_text(verdict: str, adjusted: float | None) -> str:
     return verdict if verdict == NOT_TESTED else f"{verdict} (Holm p {p_text(adjusted)})"
 

@@ -13,7 +13,15 @@ import numpy as np
 from rich.table import Table
 
 from pods_rl.compare.cost_model import PHASES
-from pods_rl.compare.measures import COUNTS, difference_text, measures_text, p_text, ratio_text, target_text
+from pods_rl.compare.measures import (
+    COUNTS,
+    comparison_clock,
+    difference_text,
+    measures_text,
+    p_text,
+    ratio_text,
+    target_text,
+)
 from pods_rl.compare.statistics import CLOCK_AXES
 from pods_rl.compare.tuning import tuning_machines
 
@@ -166,7 +174,7 @@ def _projection_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[
 def _per_seed_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
     """Per arm and seed: steps, training s, peak, time and steps to target, speedup per seed, window difference."""
     seeds = comparison["settings"]["seeds"]
-    per_seed = "speedup_per_seed" if _clock(comparison) == "seconds" else "steps_speedup_per_seed"
+    per_seed = "speedup_per_seed" if comparison_clock(comparison) == "seconds" else "steps_speedup_per_seed"
     rows = []
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
@@ -206,10 +214,7 @@ PER_SEED_COLUMNS = (
 )
 
 
-def _clock(comparison: dict[str, Any]) -> str:
-    """ "seconds" or "steps": what the comparison's budget, window and per-seed speedups count (older folders:
-    seconds)."""
-    return comparison.get("clock", "seconds")
+_STEP_CLOCKED = " (clocked by steps: the window and the verdicts count steps)"
 
 
 def _title(comparison: dict[str, Any]) -> str:
@@ -265,7 +270,7 @@ def _comparison_sections(comparison: dict[str, Any]) -> str:
     )
     untested = (
         ""
-        if _clock(comparison) == "seconds"
+        if comparison_clock(comparison) == "seconds"
         else " Clocked by steps: the time to target (seconds of whichever machines ran each run) is reported, not "
         "tested; the projections below give it per machine."
     )
@@ -375,7 +380,7 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
 
 Pool n = {settings["n"]}, trained m = {settings["m"]}, {settings["prompts_per_step"]} prompt(s) per step, \
 seeds {settings["seeds"]}, {budget_text} per run, {schedule}; measure: `{comparison["metric"]}`{
-        "" if _clock(comparison) == "seconds" else " (clocked by steps: the window and the verdicts count steps)"
+        "" if comparison_clock(comparison) == "seconds" else _STEP_CLOCKED
     }.
 {_title(comparison).capitalize()}.
 Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["machines"].items())}.
@@ -384,7 +389,7 @@ Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["ma
 
 {summary}
 {warnings}
-![accuracy vs training {"time" if _clock(comparison) == "seconds" else "steps"}](comparison.png)
+![accuracy vs training {"time" if comparison_clock(comparison) == "seconds" else "steps"}](comparison.png)
 
 {_comparison_sections(comparison)}## Accuracy per arm
 
@@ -475,8 +480,8 @@ def plot_comparison(comparison: dict[str, Any], path: Path) -> None:
     """Accuracy vs training time (each seed thin, the mean over seeds bold, the target dashed) and the measured
     seconds per step by phase."""
     arms, metric = comparison["arms"], comparison["metric"]
-    axis = CLOCK_AXES[_clock(comparison)]
-    hits = "time_to_target" if _clock(comparison) == "seconds" else "steps_to_target"
+    axis = CLOCK_AXES[comparison_clock(comparison)]
+    hits = "time_to_target" if comparison_clock(comparison) == "seconds" else "steps_to_target"
     figure, (curves, costs) = plt.subplots(1, 2, figsize=(13, 4.8), dpi=120, gridspec_kw={"width_ratios": [3, 2]})
     for name, arm in arms.items():
         curve = arm["curve"]

@@ -1,10 +1,11 @@
 """The shipped comparisons at a glance: one table and one small picture, read from their comparison.json records.
 
-For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; each has 6 seeds an
-arm), every arm against the baseline: the Holm-adjusted verdicts, the time-to-target and steps-to-target speedups
-with their 95% intervals, and the difference in mean accuracy over the window. Prints a Markdown table (the README's
-"results at a glance" and docs/benchmarks/README.md hold its output; tests/test_docs.py checks that they still do)
-and, with `--plot`, draws the time-to-target speedups with their intervals on a log axis
+For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; 5 or 6 seeds an arm), every
+arm against the baseline: the Holm-adjusted verdicts, the time-to-target and steps-to-target speedups with their 95%
+intervals, and the difference in mean accuracy over the window. A comparison clocked by steps tests no time to target
+(its runs may mix CPUs): its time cell says "not tested" and the picture draws its steps to target instead. Prints a
+Markdown table (the README's "results at a glance" and docs/benchmarks/README.md hold its output; tests/test_docs.py
+checks that they still do) and, with `--plot`, draws the time-to-target speedups with their intervals on a log axis
 (docs/benchmarks/at-a-glance.png). No training, no timing.
 
     .venv/bin/python benchmarks/results_at_a_glance.py --arm pods   # the README's rows
@@ -26,12 +27,16 @@ COMPARISONS = {
     "smollm2-sums": ("SmolLM2 a+b", "Intel Xeon, AVX-512", "smollm2-sums.md"),
     "smollm2-3term-epyc": ("SmolLM2 a+b+c", "AMD EPYC, AVX-512, vLLM", "smollm2-3term.md"),
     "allocation-tiny-epyc-avx512": ("tiny, allocation", "AMD EPYC, AVX-512", "allocation-tiny-epyc-avx512.md"),
+    "allocation-3term": ("SmolLM2 a+b+c, allocation", "Intel Xeon and AMD EPYC, AVX-512", "allocation-3term.md"),
 }
 
 
 def ratio(measure: dict) -> str:
-    """`1.30x (0.45-4.39)`: a speedup and its 95% interval."""
-    return f"{measure['estimate']:.2f}x ({measure['low']:.2f}-{measure['high']:.2f})"
+    """`1.30x (0.45-4.39)`: a speedup and its 95% interval; `- (0.00-∞)` where the arm never reached the target (no
+    estimate) and the interval has no upper end."""
+    estimate = "-" if measure["estimate"] is None else f"{measure['estimate']:.2f}x"
+    high = "∞" if measure["high"] is None else f"{measure['high']:.2f}"
+    return f"{estimate} ({measure['low']:.2f}-{high})"
 
 
 def points(measure: dict) -> str:
@@ -79,38 +84,54 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
         measures = ("time_to_target", "steps_to_target", "mean_accuracy")
         adjusted = ", ".join("-" if row["adjusted"][key] is None else f"{row['adjusted'][key]:.3f}" for key in measures)
         setup = f"[{row['setup']}]({link_prefix}{row['page']}) ({row['cpu']})"
+        time = "not tested" if untested_time(row) else ratio(row["time"])
         lines.append(
-            f"| {setup} | {row['arm']} vs {row['baseline']} | {ratio(row['time'])} | {ratio(row['steps'])} | "
+            f"| {setup} | {row['arm']} vs {row['baseline']} | {time} | {ratio(row['steps'])} | "
             f"{points(row['window'])} | {verdict} ({adjusted}) |"
         )
     return "\n".join(lines)
 
 
+def untested_time(row: dict) -> bool:
+    """A comparison clocked by steps: its time to target mixes the CPUs its runs ran on and is not tested."""
+    return row["verdicts"]["time_to_target"] == "not tested"
+
+
 def plot(table: list[dict], path: Path) -> None:
-    """Time-to-target speedups over the baseline with 95% intervals, one line per arm, grouped by comparison."""
+    """Time-to-target speedups over the baseline with 95% intervals, one line per arm, grouped by comparison; a
+    comparison clocked by steps draws its steps to target (hollow marker), its seconds being untested."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 1.2 + 0.17 * len(table)), dpi=80)
+    fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.17 * len(table)), dpi=80)
     colours = {"grpo-pool": "tab:gray", "pods": "tab:blue", "grpo-ds": "tab:orange", "pods-ds": "tab:green"}
     colours |= {"pods-screen": "tab:red", "pods-history": "tab:purple", "grpo-history": "tab:brown"}
+    colours["grpo-screen"] = "tab:pink"
     labels = []
     for y, row in enumerate(reversed(table)):
         arm = row["arm"].split(" ")[0]
-        time = row["time"]
-        low, high = max(time["low"], 0.1), min(time["high"], 10.0)
-        ax.plot([low, high], [y, y], color=colours.get(arm, "black"), linewidth=2)
-        ax.plot([time["estimate"]], [y], "o", color=colours.get(arm, "black"), markersize=5)
-        labels.append(f"{row['setup']}: {arm}")
+        steps = untested_time(row)
+        speedup = row["steps" if steps else "time"]
+        colour = colours.get(arm, "black")
+        low, high = max(speedup["low"], 0.1), min(speedup["high"] or 10.0, 10.0)
+        ax.plot([low, high], [y, y], color=colour, linewidth=2)
+        if speedup["estimate"] is not None:
+            estimate = min(max(speedup["estimate"], 0.1), 10.0)
+            ax.plot([estimate], [y], "o", color=colour, markersize=5, markerfacecolor="white" if steps else colour)
+        labels.append(f"{row['setup']}: {arm}" + (" (steps)" if steps else ""))
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xscale("log")
     ax.set_xlim(0.1, 10)
     ax.set_xticks([0.1, 0.25, 0.5, 1, 2, 4, 10], ["0.1", "0.25", "0.5", "1", "2", "4", "10"])
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    ax.set_xlabel("time to 75% of GRPO's gain: speedup over GRPO (95% interval; > 1 is faster)", fontsize=8)
-    ax.set_title("No arm is resolved faster than GRPO (Holm within each comparison)", fontsize=9)
+    ax.set_xlabel(
+        "speedup over GRPO to 75% of its gain, 95% interval (> 1 is faster)\n"
+        "in time; hollow: in steps (a comparison clocked by steps)",
+        fontsize=8,
+    )
+    ax.set_title("No arm is resolved faster than GRPO\n(Holm within each comparison)", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -230,9 +230,13 @@ def test_results_at_a_glance_are_the_records():
     assert [row["arm"].split()[0] for row in pods_rows] == ["pods"] * len(results_at_a_glance.COMPARISONS)
     assert results_at_a_glance.markdown(pods_rows, "docs/benchmarks/") in readme
     every_row = results_at_a_glance.rows()
-    assert len(every_row) == 22  # 4 arms against the baseline in four comparisons, 6 in the allocation one
+    assert len(every_row) == 27  # 4 arms against the baseline in four comparisons, 6 and 5 in the allocation ones
     assert results_at_a_glance.markdown(every_row, "") in index
-    assert all(row["verdicts"] == dict.fromkeys(row["verdicts"], "not resolved") for row in every_row)
+    for row in every_row:  # a step-clocked comparison does not test its time to target
+        verdicts = dict(row["verdicts"])
+        if results_at_a_glance.untested_time(row):
+            assert verdicts.pop("time_to_target") == "not tested"
+        assert set(verdicts.values()) == {"not resolved"}
 
 
 def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
@@ -254,4 +258,8 @@ def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
             "mean_accuracy": "not resolved",
         },
     }
-    assert results_at_a_glance.markdown([row]).splitlines()[-1].endswith("| none resolved (-, 0.500, 0.250) |")
+    line = results_at_a_glance.markdown([row]).splitlines()[-1]
+    assert line.endswith("| not tested | 1.50x (0.50-3.00) | +2.0 (-1.0 to +5.0) | none resolved (-, 0.500, 0.250) |")
+    # An arm that never reached the target has no estimate, and its interval no upper end.
+    row["steps"] = {"estimate": None, "low": 0.0, "high": None}
+    assert "| not tested | - (0.00-∞) |" in results_at_a_glance.markdown([row])

@@ -18,6 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
+from pods_rl.compare.measures import ratio_text
+
 RESULTS = Path(__file__).parent / "results"
 
 # The shipped comparisons, in the order the README lists them: folder -> (short setup, CPU, page in docs/benchmarks/).
@@ -35,8 +37,7 @@ def ratio(measure: dict) -> str:
     """`1.30x (0.45-4.39)`: a speedup and its 95% interval; `- (0.00-∞)` where the arm never reached the target (no
     estimate) and the interval has no upper end."""
     estimate = "-" if measure["estimate"] is None else f"{measure['estimate']:.2f}x"
-    high = "∞" if measure["high"] is None else f"{measure['high']:.2f}"
-    return f"{estimate} ({measure['low']:.2f}-{high})"
+    return f"{estimate} ({measure['low']:.2f}-{ratio_text(measure['high'])})"
 
 
 def points(measure: dict) -> str:
@@ -107,8 +108,12 @@ def plot(table: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.17 * len(table)), dpi=80)
     colours = {"grpo-pool": "tab:gray", "pods": "tab:blue", "grpo-ds": "tab:orange", "pods-ds": "tab:green"}
-    colours |= {"pods-screen": "tab:red", "pods-history": "tab:purple", "grpo-history": "tab:brown"}
-    colours["grpo-screen"] = "tab:pink"
+    colours |= {
+        "pods-screen": "tab:red",
+        "grpo-screen": "tab:pink",
+        "pods-history": "tab:purple",
+        "grpo-history": "tab:brown",
+    }
     labels = []
     for y, row in enumerate(reversed(table)):
         arm = row["arm"].split(" ")[0]

@@ -7,7 +7,14 @@ import itertools
 
 import pytest
 
-from pods_rl.config_rules import PODS_DEFAULTS, TRL_DEFAULTS, check_batch, check_selection_fields, rows_per_process
+from pods_rl.config_rules import (
+    PODS_DEFAULTS,
+    TRL_DEFAULTS,
+    allocation_objective,
+    check_batch,
+    check_selection_fields,
+    rows_per_process,
+)
 from pods_rl.run.settings import RunSettings
 from pods_rl.trainer import PODSConfig
 
@@ -140,7 +147,10 @@ ALLOCATION_GRID = [
     *({"rollout_allocation": "history", "history_decay": d} for d in (0.0, 0.5, 1.5)),
     {"rollout_allocation": "history", "history_prior_successes": -1.0},
     {"rollout_allocation": "history", "allocation_objective": "informative"},
+    {"rollout_allocation": "history", "allocation_objective": "knapsack_rl"},
+    {"rollout_allocation": "history", "allocation_objective": "auto"},
     {"rollout_allocation": "history", "allocation_objective": "gain"},
+    {"allocation_objective": "knapsack_rl"},
     {"rollout_allocation": "history", "selection_rule": "random"},
     *({"rollout_allocation": "history", "max_rollouts_per_prompt": k} for k in (3, 4, 32)),
     *({"rollout_allocation": "history", "generation_budget": b} for b in (15, 16, 17, 24, 32, 33, 64, 65)),
@@ -164,3 +174,24 @@ def test_settings_refuse_exactly_the_allocation_podsconfig_refuses(tmp_path, mon
     assert (built is None) == (checked is None), (built, checked)
     if built is not None and any(name in built for name in ("allocation", "screen", "history", "budget", "success")):
         assert checked == f"settings: trainer.{built}"  # an allocation rule's refusal (the others are TRL's words)
+
+
+@pytest.mark.parametrize(
+    ("scale_rewards", "aggregation", "expected"),
+    [
+        ("group", "sum_then_normalize", "informative"),  # TRL's default: each group divided by its own std
+        (True, "sum_then_normalize", "informative"),  # TRL's older spelling of "group"
+        ("batch", "sum_then_normalize", "variance"),  # one std for the whole step
+        ("none", "sum_then_normalize", "variance"),  # Dr. GRPO
+        (False, "sum_then_normalize", "variance"),
+        ("none", "normalize_then_sum", "informative"),  # each reward function normalised within its group
+        ("batch", "normalize_then_sum", "informative"),
+    ],
+)
+def test_the_default_objective_matches_the_advantage_scaling(scale_rewards, aggregation, expected):
+    """`auto` (the default) is the objective whose value is the expected squared norm of the advantages in use;
+    a named objective stays as named."""
+    assert PODS_DEFAULTS["allocation_objective"] == "auto"
+    assert allocation_objective("auto", scale_rewards, aggregation) == expected
+    for named in ("variance", "informative", "knapsack_rl"):
+        assert allocation_objective(named, scale_rewards, aggregation) == named

@@ -16,7 +16,7 @@ ADVANTAGE_STATS = ("selected", "pool")
 SELECTION_BUDGETS = ("per_prompt", "batch")
 TIE_BREAKS = ("index", "shortest")
 ROLLOUT_ALLOCATIONS = ("none", "screen", "history")
-ALLOCATION_OBJECTIVES = ("variance", "informative")  # see pods_rl.core.allocation
+ALLOCATION_OBJECTIVES = ("variance", "informative", "knapsack_rl")  # see pods_rl.core.allocation; or "auto"
 
 PODS_DEFAULTS: dict[str, Any] = {
     "num_selected": None,
@@ -32,7 +32,7 @@ PODS_DEFAULTS: dict[str, Any] = {
     "success_threshold": 0.5,
     "generation_budget": None,
     "max_rollouts_per_prompt": None,
-    "allocation_objective": "variance",
+    "allocation_objective": "auto",
     "history_exploration": 0.1,
     "history_prior_successes": 1.0,
     "history_prior_failures": 1.0,
@@ -79,7 +79,7 @@ def check_selection_fields(fields: Mapping[str, Any], *, section: str = "") -> N
         ("selection_tie_break", TIE_BREAKS),
         ("advantage_stats", ADVANTAGE_STATS),
         ("rollout_allocation", ROLLOUT_ALLOCATIONS),
-        ("allocation_objective", ALLOCATION_OBJECTIVES),
+        ("allocation_objective", ("auto", *ALLOCATION_OBJECTIVES)),
     ):
         if values[name] not in allowed:
             raise ValueError(f"{section}{name} must be one of {allowed}, got {values[name]!r}.")
@@ -154,6 +154,18 @@ def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
         decay = values["history_decay"]
         if not 0 < decay <= 1:
             raise ValueError(f"{section}history_decay must be in (0, 1] (1: every epoch counts alike), got {decay}.")
+
+
+def allocation_objective(objective: str, scale_rewards: str | bool, aggregation: str) -> str:
+    """The knapsack's objective in force: a named one as named; `"auto"` the one whose value is the expected squared
+    norm of the advantages in use (`pods_rl.core.allocation`, part 1): `"informative"` where each group's advantages
+    are divided by its own std (`scale_rewards="group"`, TRL's default, or `normalize_then_sum`, which normalises each
+    reward function within its group), so that every varied group weighs alike; `"variance"` where they are not
+    (`"none"`, Dr. GRPO; `"batch"`, one std for the whole step)."""
+    if objective != "auto":
+        return objective
+    scale = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)  # TRL's older spelling
+    return "informative" if scale == "group" or aggregation == "normalize_then_sum" else "variance"
 
 
 def check_vllm(use_vllm: bool, *, section: str = "") -> None:

@@ -119,15 +119,102 @@ def beta_binomial_exact(k: int, s: int, alpha: int, beta: int) -> Fraction:
     return math.comb(k, s) * beta_function(s + alpha, k - s + beta) / beta_function(alpha, beta)
 
 
-def test_posterior_values_average_over_the_pass_rate():
+@pytest.mark.parametrize("objective", ["variance", "informative", "knapsack_rl"])
+def test_posterior_values_average_over_the_pass_rate(objective):
     """The Beta-posterior value is the point-estimate value averaged over the posterior (checked by quadrature)."""
     alpha, beta, sizes = torch.tensor([3.0]), torch.tensor([2.0]), [2, 4, 8]
     grid = torch.linspace(0, 1, 20001, dtype=torch.float64)[1:-1]
     weights = grid.pow(2) * (1 - grid)  # Beta(3, 2) density up to a constant
     weights = weights / weights.sum()
-    point = value_table(sizes, 4, pass_rate=grid)
+    point = value_table(sizes, 4, pass_rate=grid, objective=objective)
     expected = (weights.unsqueeze(1) * point).sum(dim=0)
-    assert value_table(sizes, 4, alpha=alpha, beta=beta)[0].tolist() == pytest.approx(expected.tolist(), abs=1e-7)
+    posterior = value_table(sizes, 4, alpha=alpha, beta=beta, objective=objective)[0]
+    assert posterior.tolist() == pytest.approx(expected.tolist(), abs=1e-7)
+
+
+def knapsack_rl_exact(p: Fraction, k: int) -> Fraction:
+    """Knapsack RL's value of k rollouts at pass rate p: (1 - p^k - (1 - p)^k) x p (1 - p)^2."""
+    return (1 - p**k - (1 - p) ** k) * p * (1 - p) ** 2
+
+
+def test_knapsack_rl_values_exact():
+    """Point estimates against the formula in exact arithmetic; 0 below two kept rollouts and at p = 0 or 1."""
+    for p in (Fraction(1, 2), Fraction(1, 4), Fraction(3, 4), Fraction(1, 32), Fraction(0), Fraction(1)):
+        for k, m in ((2, 2), (4, 2), (4, 4), (7, 3), (16, 4)):
+            value = value_table(
+                [k], m, pass_rate=torch.tensor([float(p)], dtype=torch.float64), objective="knapsack_rl"
+            )
+            assert value.item() == pytest.approx(float(knapsack_rl_exact(p, k)), rel=1e-14, abs=1e-300)
+    assert value_table([4], 2, pass_rate=torch.tensor([0.5]), objective="knapsack_rl").item() == 0.109375  # 14/16 x 1/8
+    assert value_table([0, 1, 2], 2, pass_rate=torch.tensor([0.5]), objective="knapsack_rl").tolist() == [
+        [0.0, 0.0, 0.0625]
+    ]
+
+
+@pytest.mark.parametrize(("alpha", "beta", "k"), [(1, 1, 2), (1, 1, 5), (3, 2, 4), (2, 9, 16), (17, 5, 8)])
+def test_knapsack_rl_posterior_values_exact(alpha, beta, k):
+    """Under a Beta(alpha, beta) posterior the value is the formula's expectation over the pass rate: a sum of Beta
+    moments E[p^i (1 - p)^j] = B(alpha + i, beta + j) / B(alpha, beta), here in exact arithmetic. Beta(1, 1), k = 2:
+    E[2 p^2 (1 - p)^3] = 1/30."""
+
+    def beta_function(a: int, b: int) -> Fraction:
+        return Fraction(math.factorial(a - 1) * math.factorial(b - 1), math.factorial(a + b - 1))
+
+    def moment(i: int, j: int) -> Fraction:
+        return beta_function(alpha + i, beta + j) / beta_function(alpha, beta)
+
+    expected = moment(1, 2) - moment(k + 1, 2) - moment(1, k + 2)
+    value = value_table(
+        [k], 2, alpha=torch.tensor([float(alpha)]), beta=torch.tensor([float(beta)]), objective="knapsack_rl"
+    )
+    assert value.item() == pytest.approx(float(expected), rel=1e-12)
+    if (alpha, beta, k) == (1, 1, 2):
+        assert expected == Fraction(1, 30)
+
+
+def test_the_objectives_allocate_an_example_step_as_documented():
+    """p = .03, .15, .5, .85, .97, m = 4, 80 rollouts of 4..32 each: `variance` and `informative` treat easy and hard
+    prompts alike, Knapsack RL's value moves rollouts from the easy to the hard ones. Each is the brute-force optimum
+    (every choice of five sizes adding up to 80)."""
+    p = torch.tensor([0.03, 0.15, 0.5, 0.85, 0.97], dtype=torch.float64)
+    sizes = list(range(4, 33))
+    grid = torch.cartesian_prod(*[torch.arange(len(sizes))] * 4)  # the first four prompts' size indices
+    last = 80 - (grid + sizes[0]).sum(dim=1) - sizes[0]  # the fifth prompt's size index
+    feasible = (last >= 0) & (last < len(sizes))
+    choices = torch.cat([grid, last.unsqueeze(1)], dim=1)[feasible]
+    expected = {"variance": [19, 17, 8, 17, 19], "informative": [22, 14, 7, 15, 22], "knapsack_rl": [30, 24, 9, 13, 4]}
+    for objective, allocation in expected.items():
+        values = value_table(sizes, 4, pass_rate=p, objective=objective)
+        totals = values.gather(1, choices.T).sum(dim=0)
+        best = choices[totals.argmax()] + sizes[0]
+        assert allocate(values, sizes, 80, exact=True).tolist() == best.tolist() == allocation
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_variance_and_informative_coincide_below_four_kept(m):
+    """With m = 2 or 3 kept of pools of m or more, every varied pool keeps a squared deviation of 1/2 (m = 2) or 2/3
+    (m = 3): `variance` is that constant times `informative`, so both allocate alike."""
+    generator = torch.Generator().manual_seed(m)
+    sizes = list(range(m, 17))
+    p = torch.rand(6, generator=generator, dtype=torch.float64)
+    alpha, beta = (
+        1 + 9 * torch.rand(6, generator=generator, dtype=torch.float64),
+        torch.rand(6, generator=generator, dtype=torch.float64) + 0.5,
+    )
+    for table in (dict(pass_rate=p), dict(alpha=alpha, beta=beta)):
+        variance = value_table(sizes, m, **table)
+        informative = value_table(sizes, m, objective="informative", **table)
+        torch.testing.assert_close(variance, informative * (m - 1) / m, rtol=1e-12, atol=0)
+        for budget in (6 * m, 40, 6 * 16):
+            assert (
+                allocate(variance, sizes, budget, exact=True).tolist()
+                == allocate(informative, sizes, budget, exact=True).tolist()
+            )
+    # From m = 4 on they differ: of a varied pool, one success (or failure) keeps 3/4, more keep 1.
+    assert (
+        value_table([8], 4, pass_rate=torch.tensor([0.5])).item()
+        > 0.75 * value_table([8], 4, pass_rate=torch.tensor([0.5]), objective="informative").item()
+    )
 
 
 @pytest.mark.parametrize(

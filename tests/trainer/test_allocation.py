@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import run_allocation, run_launched, two_process_launch
+from support import fast_args, make_trainer, run_allocation, run_launched, two_process_launch, vowel_reward
 
 from pods_rl.core.allocation import PassRateHistory, plan_from_history, prompt_id
 from pods_rl.core.dynamic_sampling import another_round_needed
@@ -123,6 +123,7 @@ def simulate_history(flags: str, processes: int, groups: int, steps: int, settin
                 BUDGET,
                 M,
                 skip_at=N,
+                objective="informative",  # the default under TRL's group scaling (at m = 2, variance's equal)
                 skipped=skipped[p],
             )
             trained.append([candidates[c] for c in plan.chosen.tolist()])
@@ -262,3 +263,109 @@ def test_a_resumed_run_drops_the_histogram_lines_after_its_checkpoint(tmp_path):
     (tmp_path / HISTOGRAM_FILE).write_text("\n".join(lines) + '\n{"step": 6, "hist')
     RolloutAllocator(SimpleNamespace(args=args)).load(tmp_path / "checkpoint-3", step=3)
     assert (tmp_path / HISTOGRAM_FILE).read_text() == "\n".join(lines[:3]) + "\n"
+
+
+def always_solved(completions: list[str], **kwargs) -> list[float]:
+    return [1.0] * len(completions)
+
+
+def recording(reward, calls: list):
+    """`reward`, appending every row's (prompt, completion) to `calls`."""
+
+    def scored(prompts: list, completions: list[str], **kwargs) -> list[float]:
+        calls.extend(zip(prompts, completions, strict=True))
+        return reward(completions)
+
+    scored.__name__ = reward.__name__
+    return scored
+
+
+@pytest.mark.parametrize(
+    ("rewards", "weights", "threshold"),
+    [
+        ([vowel_reward, always_solved], [0.5, 0.5], None),  # fractional successes: normalised scores fall below 0
+        ([always_solved], [1.0], 0.5),  # an always-solved prompt: normalised scores are all 0
+    ],
+    ids=["fractional", "always-solved"],
+)
+def test_the_history_counts_the_weighted_reward_under_normalize_then_sum(tmp_path, rewards, weights, threshold):
+    """normalize_then_sum rescales each group's rewards within the group, which is no pass rate; the history counts
+    each rollout's weighted sum of the reward functions against success_threshold instead (as under
+    sum_then_normalize). Every generated pool is trained and observed, so each prompt's evidence is the sum over the
+    rows the reward functions scored."""
+    calls = []
+    trainer = make_trainer(
+        tmp_path,
+        reward=[recording(rewards[0], calls), *rewards[1:]],
+        num_generations=4,
+        num_selected=2,
+        rollout_allocation="history",
+        success_threshold=threshold,
+        multi_objective_aggregation="normalize_then_sum",
+        reward_weights=weights,
+        max_steps=2,
+    )
+    trainer.train()
+    expected = {}
+    for prompt, completion in calls:
+        score = sum(weight * reward([completion])[0] for weight, reward in zip(weights, rewards, strict=True))
+        success = score if threshold is None else float(score >= threshold)
+        successes, failures = expected.get(prompt_id(prompt), (0.0, 0.0))
+        expected[prompt_id(prompt)] = (successes + success, failures + 1 - success)
+    history = trainer._allocator.history
+    assert len(history) == len(expected) > 0
+    alpha, beta = history.posterior(list(expected))
+    assert (alpha - 1).tolist() == pytest.approx([s for s, _ in expected.values()], rel=1e-6)
+    assert (beta - 1).tolist() == pytest.approx([f for _, f in expected.values()], rel=1e-6, abs=1e-6)
+
+
+def test_the_screen_band_reads_the_weighted_reward_under_normalize_then_sum(tmp_path):
+    """An always-solved screen has pass rate 1 (its normalised scores are all 0): in the band [0.9, 1], every
+    candidate passes and is extended, in one round."""
+    trainer = make_trainer(
+        tmp_path,
+        reward=always_solved,
+        num_generations=4,
+        num_selected=2,
+        rollout_allocation="screen",
+        screen_size=2,
+        screen_pass_rate_band=[0.9, 1.0],
+        multi_objective_aggregation="normalize_then_sum",
+        max_steps=2,
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "pods/prompts_extended" in entry]
+    assert [entry["pods/prompts_extended"] for entry in logged] == [2.0, 2.0]
+    assert [entry["pods/allocation_rounds"] for entry in logged] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("scale_rewards", "aggregation", "objective"),
+    [
+        ("group", "sum_then_normalize", "informative"),
+        ("batch", "sum_then_normalize", "variance"),
+        ("none", "sum_then_normalize", "variance"),
+        ("none", "normalize_then_sum", "informative"),
+    ],
+)
+def test_the_history_plans_with_the_objective_that_matches_the_advantages(
+    tmp_path, scale_rewards, aggregation, objective
+):
+    """`allocation_objective="auto"` (the default) plans on `informative` under each group's own std, on `variance`
+    otherwise; a named objective is used as named."""
+    from types import SimpleNamespace
+
+    from pods_rl import PODSConfig
+    from pods_rl.trainer.allocated import RolloutAllocator
+
+    settings = dict(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        num_selected=2,
+        rollout_allocation="history",
+        scale_rewards=scale_rewards,
+        multi_objective_aggregation=aggregation,
+    )
+    assert RolloutAllocator(SimpleNamespace(args=PODSConfig(**fast_args(**settings)))).objective == objective
+    named = PODSConfig(**fast_args(**settings, allocation_objective="knapsack_rl"))
+    assert RolloutAllocator(SimpleNamespace(args=named)).objective == "knapsack_rl"

@@ -204,6 +204,7 @@ def test_allocation_settings_are_checked(tmp_path, kwargs, message):
             history_decay=0.5,
         ),
         dict(rollout_allocation="history", generation_budget=64, max_rollouts_per_prompt=32),
+        dict(rollout_allocation="history", allocation_objective="knapsack_rl"),
     ],
     ids=lambda kwargs: ",".join(f"{k}={v}" for k, v in kwargs.items()),
 )

@@ -4,9 +4,9 @@ PODS chooses which of a prompt's rollouts the update trains on; every prompt sti
 even one the model always or never solves (its rewards are all equal, its advantages 0). This module decides how
 many rollouts each prompt gets. It reads top to bottom in five parts:
 
-1. What a group of k rollouts is worth (`captured_deviation`, `value_table`): the expected reward variance the
-   update captures from it, for rewards that are successes or failures, with PODS keeping m of the k by maximal
-   variance. From the count of successes, exactly.
+1. What a group of k rollouts is worth (`captured_deviation`, `value_table`), for rewards that are successes or
+   failures, with PODS keeping m of the k by maximal variance: the expected reward variance the update captures,
+   the chance that it varies, or Knapsack RL's value. Exactly, from the count of successes.
 2. An exact knapsack (`allocate`): given each prompt's value at each allowed size and a budget of rollouts, the sizes
    that maximise the total value (Knapsack RL, arXiv 2509.25849), by dynamic programming over the budget.
 3. A per-prompt pass-rate history (`PassRateHistory`): a Beta posterior per prompt, the predicted chance that a
@@ -53,18 +53,40 @@ _TIE_RTOL = 1e-12  # knapsack totals this close (relative to their terms) are ti
 # deviation a (m - a) / m of m binary rewards is concave in a and largest at a = m / 2 (`select_rollouts` finds
 # exactly this optimum; a test checks the two agree). A pool smaller than m is kept whole.
 #
-# The objective the knapsack maximises, by default ("variance"): the expected total squared deviation of the kept
-# rewards, E[sum_i (r_i - mean)^2] over the rows the update trains. Why this one:
-# - it is what the training side already maximises: `select_batch` spreads a step's rows to capture the most
-#   squared deviation, so generation and selection optimise one quantity;
-# - it is the squared norm of the unscaled (Dr. GRPO) advantages, whose expectation for a group of binary rewards
-#   is proportional to p (1 - p) (the quantity VIP, arXiv 2602.01601, relates to the gradient's variance under
-#   Dr. GRPO and RLOO); with m rows per prompt it is m times the expected variance of the kept subset;
-# - it is 0 exactly for a group whose kept rewards are all equal, so it prices the waste dynamic sampling removes.
-# The alternative ("informative"): the probability that the kept rewards vary, 1 - p^k - (1 - p)^k for k >= 2, the
-# expected number of groups with a non-zero gradient. That is Knapsack RL's view (which further weights each task by
-# an information gain depending on p only): under std scaling every varied group contributes advantages of unit
-# scale, whatever its variance. It favours hard and easy prompts more than "variance" does.
+# The objectives the knapsack can maximise (`allocation_objective`), each a function of k, m and p:
+# - "variance": the expected total squared deviation of the kept rewards, E[sum_i (r_i - mean)^2] over the rows the
+#   update trains. It is the expected squared norm of the advantages when no group is divided by its own std
+#   (`scale_rewards="none"`, Dr. GRPO; or "batch", where one std divides the whole step): for binary rewards it grows
+#   with p (1 - p) (the quantity VIP, arXiv 2602.01601, relates to the gradient's variance under Dr. GRPO and RLOO).
+#   It is also what the training side maximises (`select_batch` spreads a step's rows to capture the most squared
+#   deviation), and it is 0 exactly for a group whose kept rewards are all equal.
+# - "informative": the probability that the kept rewards vary, 1 - p^k - (1 - p)^k when min(m, k) >= 2: the
+#   expected number of groups with a non-zero gradient. It is the expected squared norm of the advantages, over
+#   m - 1, when each group is divided by its own std (`scale_rewards="group"`, TRL's default, with the advantage
+#   statistics of the selected rows; and `normalize_then_sum`, which normalises each reward function within its
+#   group): the squared advantages of every varied group of m then sum to m - 1 (up to TRL's 1e-4 in the divisor),
+#   whatever its p. It favours hard and easy prompts more than "variance" does.
+# - "knapsack_rl": Knapsack RL's value (Li et al., arXiv 2509.25849), ProbNonZeroGradient(k, p) x InfoGain(p) =
+#   (1 - p^k - (1 - p)^k) x p (1 - p)^2, 0 when min(m, k) < 2. InfoGain approximates the rise in the prompt's success
+#   rate that one update on it brings; it peaks at p = 1/3, so this value moves rollouts from easy prompts to hard
+#   ones, where the other two are symmetric in p and 1 - p. The paper's text could not be read here, so its equation
+#   number is not cited: the formula is the one in the authors' code (github.com/liziniu/KnapsackRL,
+#   verl/trainer/ppo/exploration_utils.py, the DP's value). Its N is the pool PODS generates: max-variance selection
+#   keeps both outcomes whenever the pool has both, so the kept m vary exactly when the pool does.
+# The default, "auto", is the objective that the advantage scaling in use makes the expected squared norm of the
+# advantages: "informative" under group std scaling or normalize_then_sum, "variance" otherwise
+# (`pods_rl.config_rules.allocation_objective`). "knapsack_rl" is asked for by name: it values a gain in success
+# rate, not the size of the update.
+#
+# With m = 2 or 3 (pools of m or more) "variance" and "informative" are proportional: every varied pool keeps a
+# squared deviation of 1/2 (m = 2: one success, one failure) or 2/3 (m = 3: one of one kind, two of the other), so
+# both allocate alike. They differ from m = 4 on, where an unbalanced pool keeps less than a balanced one.
+#
+# Under a Beta(alpha, beta) posterior each value is its expectation over p: "variance" and "informative" through the
+# Beta-binomial count of successes, as for a point estimate through the binomial; "knapsack_rl" as E[p (1 - p)^2] =
+# alpha beta (beta + 1) / ((alpha + beta) (alpha + beta + 1) (alpha + beta + 2)) times the probability of variation
+# under Beta(alpha + 1, beta + 2), the posterior that the weight p (1 - p)^2 tilts Beta(alpha, beta) into (so that
+# E[p (1 - p)^2 1{varies}] is exact, not a product of two expectations).
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -122,9 +144,10 @@ def value_table(
     """(G, S) float64: what a group of each allowed size (S,) is worth to each of G prompts, under `objective`.
 
     Give either `pass_rate` (G,) point estimates or a Beta posterior `alpha`, `beta` (G,); the value is the
-    expectation over the count of successes (part 1's comment). "variance": expected squared deviation kept by
-    max-variance selection of m (`captured_deviation`), in units of the squared reward range (1 for 0/1 rewards).
-    "informative": probability that the kept rewards vary. Size 0 is worth 0 under both.
+    expectation over p (part 1's comment). "variance": expected squared deviation kept by max-variance selection of m
+    (`captured_deviation`), in units of the squared reward range (1 for 0/1 rewards). "informative": probability that
+    the kept rewards vary. "knapsack_rl": Knapsack RL's (1 - p^k - (1 - p)^k) x p (1 - p)^2. A size below 2 (or an m
+    below 2) is worth 0 under each.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
@@ -132,14 +155,23 @@ def value_table(
         raise ValueError("give either pass_rate or both alpha and beta")
     sizes = _sizes(sizes)
     m = _count("m", m)
+    gain = None  # knapsack_rl's E[p (1 - p)^2]; the count of successes is then taken under the tilted posterior
+    if objective == "knapsack_rl" and pass_rate is not None:
+        p = _probabilities("pass_rate", pass_rate)
+        gain = p * (1 - p).square()
+    elif objective == "knapsack_rl":
+        a, b = _positive("alpha", alpha), _positive("beta", beta)
+        gain = a * b * (b + 1) / ((a + b) * (a + b + 1) * (a + b + 2))
+        alpha, beta = a + 1, b + 2
     columns = []
     for k in sizes:
         pmf = binomial_pmf(k, pass_rate) if pass_rate is not None else beta_binomial_pmf(k, alpha, beta)
         if objective == "variance":
             columns.append(pmf @ captured_deviation(k, m))
-        else:
-            varies = 1 - zero_variance_probability(pmf)
-            columns.append(varies if min(m, k) >= 2 else torch.zeros_like(varies))
+            continue
+        varies = 1 - zero_variance_probability(pmf)
+        varies = varies if min(m, k) >= 2 else torch.zeros_like(varies)
+        columns.append(varies if gain is None else gain * varies)
     return torch.stack(columns, dim=1)
 
 

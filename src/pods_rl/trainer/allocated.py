@@ -5,16 +5,19 @@ What a step builds, with G = the prompts each process trains per generation and 
 
 - `"screen"` (SPEED-RL): rounds of candidates (the loop's batch, then further batches of the training data drawn
   from the data stream, `pods_rl.trainer.refill`). Each round every process generates `screen_size` = k rollouts for
-  each of its G candidates; the gathered scores say which pass (`screen_passes`); `another_round_needed` decides on
-  the pass masks of every process, so every process runs the same rounds. Every process then plans every process's
-  step (`plan_screening`) and extends the same number E of prompts to n (the most that passed on any process, or all
-  G when k < m): one more call of E * (n - k) rows. Screens of prompts not trained count as generated, and are
-  dropped.
+  each of its G candidates; the gathered rewards say which pass (`screen_passes`: a screen that varies, or whose
+  pass rate lies in the band); `another_round_needed` decides on the pass masks of every process, so every process
+  runs the same rounds. Every process then plans every process's step (`plan_screening`) and extends the same number
+  E of prompts to n (the most that passed on any process, or all G when k < m): one more call of E * (n - k) rows.
+  Screens of prompts not trained count as generated, and are dropped.
 - `"history"` (GRESO, then Knapsack RL): rounds of candidates whose ids are gathered; the skip draws are made for
   every process's candidates in process order (so the history's generator stays the same on every process), until
   every process holds G candidates not skipped (or `max_generation_rounds`, or the epoch's end). Each process plans
   its G prompts' sizes (m..`max_rollouts_per_prompt`) by an exact knapsack adding up to its share of
-  `generation_budget`, and generates them in one call; the gathered scores are added to the history, in global order.
+  `generation_budget`, and generates them in one call; the gathered rewards are added to the history, in global order.
+- Pass rates (the band, the history) count each rollout's weighted sum of the reward functions against
+  `success_threshold`, whatever `multi_objective_aggregation` (`_weighted_rewards`); whether a group varies is read on
+  the selection scores, which the update learns from (`_scores`).
 - With `dynamic_sampling`, each such step is one round of dynamic sampling (`RolloutAllocator.build`).
 
 Every generation call generates the same number of rows on every process (TRL's reward gather, vLLM server
@@ -28,12 +31,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 
+from pods_rl.config_rules import allocation_objective
 from pods_rl.core.allocation import (
     PassRateHistory,
     plan_from_history,
@@ -76,6 +81,11 @@ class RolloutAllocator:
                 exploration=args.history_exploration,
                 seed=args.seed,
             )
+            if self.mode == "history"
+            else None
+        )
+        self.objective = (  # "auto" resolved against the advantage scaling
+            allocation_objective(args.allocation_objective, args.scale_rewards, args.multi_objective_aggregation)
             if self.mode == "history"
             else None
         )
@@ -153,7 +163,10 @@ class RolloutAllocator:
             calls.append(call)
             round_scores = self._scores(call[1], k)
             band = tuple(args.screen_pass_rate_band) if args.screen_pass_rate_band is not None else None
-            round_passes = screen_passes(round_scores, band=band, success_threshold=args.success_threshold)
+            # A band reads pass rates (the weighted rewards); without one, a screen passes when it varies as the
+            # update sees it (the selection scores, as dynamic sampling).
+            signal = self._weighted_rewards(call[1], k) if band is not None else round_scores
+            round_passes = screen_passes(signal, band=band, success_threshold=args.success_threshold)
             scores.append(round_scores.view(processes, groups, k))
             passes.append(round_passes.view(processes, groups))
             return another_round_needed(passes, args.max_generation_rounds)
@@ -217,7 +230,7 @@ class RolloutAllocator:
                 budget,
                 m,
                 skip_at=n,
-                objective=args.allocation_objective,
+                objective=self.objective,
                 skipped=skipped[p],
             )
             plans.append((plan, [process_ids[c] for c in plan.chosen.tolist()]))
@@ -240,14 +253,15 @@ class RolloutAllocator:
         }
         pool = self._pool([call], pools, stats)
         # The history learns from every trained prompt's pool, in global order (the same on every process).
-        history.observe([key for _, chosen in plans for key in chosen], self._pool_scores(pool))
+        history.observe([key for _, chosen in plans for key in chosen], self._pool_scores(pool, self._weighted_rewards))
         return pool
 
-    def _pool_scores(self, pool: Pool) -> torch.Tensor:
-        """(P * G, K) selection scores of a pool's layout, NaN at the padding."""
+    def _pool_scores(self, pool: Pool, scores: Callable | None = None) -> torch.Tensor:
+        """(P * G, K) scores of a pool's layout, NaN at the padding: `scores(rewards, K)`, by default `_scores`."""
         padded = pool.rewards[pool.layout.clamp(min=0).flatten()]
         padded[(pool.layout < 0).flatten()] = torch.nan
-        return self._scores(padded, pool.layout.shape[1])
+        scores = scores if scores is not None else self._scores
+        return scores(padded, pool.layout.shape[1])
 
     def _merged(self, steps: list[Pool], masks: list[torch.Tensor], plan: torch.Tensor) -> Pool:
         """One pool of the dynamic-sampling rounds' pools: every round's rows (call order), and the (round, group)
@@ -285,10 +299,19 @@ class RolloutAllocator:
         return Pool(columns, steps[0].extra_fields, rewards.view(processes * total, -1), layout, stats)
 
     def _scores(self, rewards: torch.Tensor, size: int) -> torch.Tensor:
-        """(groups, size) selection scores of gathered rewards, `size` consecutive rows per group."""
+        """(groups, size) selection scores of gathered rewards, `size` consecutive rows per group: what says whether
+        a group varies as the update sees it."""
         trainer = self.trainer
         weights = trainer.reward_weights.to(rewards.device)
         return selection_scores(rewards, weights, size, trainer.multi_objective_aggregation)[0]
+
+    def _weighted_rewards(self, rewards: torch.Tensor, size: int) -> torch.Tensor:
+        """(groups, size) weighted sums of the reward functions, NaN where unscorable: each rollout's pass signal,
+        which `success_threshold`, the band and the history read. No aggregation rescales it: under
+        normalize_then_sum the selection scores are normalised within each group (an always-solved group scores all
+        0), which says nothing about a pass rate."""
+        weights = self.trainer.reward_weights.to(rewards.device)
+        return selection_scores(rewards, weights, size, "sum_then_normalize")[0]  # that aggregation's: the raw sum
 
     def _pool(self, calls: list[tuple], pools: list[list[list[int]]], stats: dict) -> Pool:
         """Concatenate the calls (this process's rows, and the gathered rewards process-major) and lay out every

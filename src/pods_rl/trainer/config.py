@@ -97,18 +97,21 @@ class PODSConfig(GRPOConfig):
             `[low, high]`: extend the candidates whose screened pass rate lies in it; `None`: those whose screening
             scores vary.
         success_threshold (`float` or `None`, defaults to `0.5`):
-            A rollout whose selection score is at least this is a success (pass rates, the band, the history); `None`
-            reads scores in [0, 1] as fractional successes.
+            A rollout whose weighted reward (the reward functions' sum with `reward_weights`, whatever
+            `multi_objective_aggregation`) is at least this is a success (pass rates, the band, the history); `None`
+            reads weighted rewards in [0, 1] as fractional successes.
         generation_budget (`int` or `None`, defaults to `None`):
             With `"history"`: rollouts per generation batch over all processes (each process spreads its equal share
             over its own prompts); `None`: n per trained prompt, as without allocation. At least the trained rows.
         max_rollouts_per_prompt (`int` or `None`, defaults to `None`):
             With `"history"`: the most rollouts a prompt may get (>= m); `None`: n. Raise it to let hard prompts get
             more than n, paid for by the prompts that need fewer.
-        allocation_objective (`str`, defaults to `"variance"`):
-            What the knapsack maximises: `"variance"`, the expected squared deviation of the trained rewards, or
-            `"informative"`, the expected number of groups whose trained rewards vary (Knapsack RL's view); see
-            `pods_rl.core.allocation`.
+        allocation_objective (`str`, defaults to `"auto"`):
+            What the knapsack maximises: `"variance"`, the expected squared deviation of the trained rewards;
+            `"informative"`, the expected number of groups whose trained rewards vary; `"knapsack_rl"`, Knapsack RL's
+            value (that number weighted by p (1 - p)^2, which favours hard prompts); `"auto"`: `"informative"` when
+            each group's advantages are divided by its own std (`scale_rewards="group"`, or `normalize_then_sum`),
+            else `"variance"`. See `pods_rl.core.allocation`.
         history_exploration (`float`, defaults to `0.1`):
             The least probability with which a prompt predicted to teach nothing is generated anyway.
         history_prior_successes, history_prior_failures (`float`, default to `1.0`):
@@ -162,7 +165,7 @@ class PODSConfig(GRPOConfig):
     )
     success_threshold: float | None = field(
         default=PODS_DEFAULTS["success_threshold"],
-        metadata={"help": "A score at least this is a success (None: scores in [0, 1] are fractional successes)."},
+        metadata={"help": "A weighted reward at least this is a success (None: one in [0, 1] is a fraction)."},
     )
     generation_budget: int | None = field(
         default=PODS_DEFAULTS["generation_budget"],
@@ -174,7 +177,7 @@ class PODSConfig(GRPOConfig):
     )
     allocation_objective: str = field(
         default=PODS_DEFAULTS["allocation_objective"],
-        metadata={"help": "With 'history': the knapsack's objective, 'variance' or 'informative'."},
+        metadata={"help": "With 'history': what the knapsack maximises: auto, variance, informative, knapsack_rl."},
     )
     history_exploration: float = field(
         default=PODS_DEFAULTS["history_exploration"],

@@ -1,6 +1,8 @@
 """The precision rule, the start-up measurement's arithmetic and cache, and fp32 evaluation of a bf16 model."""
 
+import json
 import math
+import os
 
 import pytest
 import torch
@@ -169,17 +171,111 @@ def test_step_shape_follows_the_batch_fields():
     assert step_shape(args) == StepShape(rollouts=32, completion_tokens=48, rows=4, passes=2)
 
 
+SHAPE = StepShape(16, 64, 4, 1)
+
+
+def key_of(**changes):
+    """The cost key of SmolLM2 on one-digit sums without LoRA, with `changes`."""
+    arguments = dict(model="smollm2-135m", task="arithmetic", task_options={"digits": 1}, lora=None, shape=SHAPE)
+    return cost_key(**(arguments | changes))
+
+
 def test_costs_are_cached_per_key(step_costs_file):
-    shape = StepShape(16, 64, 4, 1)
-    key = cost_key("smollm2-135m", "arithmetic", shape)
+    key = key_of()
     assert cached_costs(key) is None
     costs = {"fp32": {"generate": 12.0, "update": 8.0}}
     save_costs(key, costs)
-    assert cached_costs(key) == costs and step_costs_file.is_file()
-    assert cached_costs(cost_key("smollm2-135m", "arithmetic-3term", shape)) is None
-    assert cached_costs(cost_key("smollm2-135m", "arithmetic", StepShape(16, 64, 4, 2))) is None
+    assert cached_costs(key) == costs and cached_costs(key_of()) == costs and step_costs_file.is_file()
+    assert cached_costs(key_of(task="arithmetic-3term")) is None
+    assert cached_costs(key_of(shape=StepShape(16, 64, 4, 2))) is None
     step_costs_file.write_text("not json")
     assert cached_costs(key) is None  # an unreadable cache is no cache
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(model="tiny"),
+        dict(task="arithmetic-3term"),
+        dict(task_options={"digits": 3}),  # longer prompts
+        dict(task_options={"digits": 1, "operands": [3]}),
+        dict(lora={"r": 8, "lora_alpha": 16}),
+        dict(shape=StepShape(16, 64, 4, 2)),
+        dict(shape=StepShape(16, 128, 4, 1)),
+        dict(shape=StepShape(32, 64, 4, 1)),
+    ],
+    ids=["model", "task", "task options", "more task options", "lora", "passes", "completion length", "rollouts"],
+)
+def test_the_cost_key_changes_with_what_the_measurement_depends_on(change):
+    assert key_of(**change) != key_of()
+
+
+def test_the_cost_key_tells_lora_ranks_and_targets_apart():
+    adapters = [
+        None,
+        {"r": 8, "lora_alpha": 16},
+        {"r": 16, "lora_alpha": 16},
+        {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]},
+        {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"},
+    ]
+    keys = [json.dumps(key_of(lora=lora), sort_keys=True) for lora in adapters]
+    assert len(set(keys)) == len(adapters)
+
+
+def test_the_cost_key_holds_the_torch_version_and_the_built_in_models_recipe(monkeypatch):
+    assert key_of(model="tiny", vllm=True) != key_of(model="tiny")  # vLLM runs build tiny with 2 heads of 32
+    before = key_of()
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert key_of() != before
+
+
+def test_the_cost_key_of_a_local_folder_follows_its_files(tmp_path):
+    """A local model folder is the same model while its files (config, weights, tokenizer) keep their names, sizes
+    and modification times: the same path with new weights is measured again."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"0" * 100)
+    first = key_of(model=str(folder))
+    assert key_of(model=str(folder)) == first
+    weights.write_bytes(b"0" * 200)
+    resized = key_of(model=str(folder))
+    os.utime(weights, ns=(10**18, 10**18))
+    touched = key_of(model=str(folder))
+    (folder / "tokenizer.json").write_text("{}")  # another tokenizer: other prompt lengths
+    keys = [first, resized, touched, key_of(model=str(folder))]
+    assert len({json.dumps(key, sort_keys=True) for key in keys}) == len(keys)
+
+
+def test_the_start_up_measurement_runs_on_the_model_with_its_lora_adapter(monkeypatch, tmp_path):
+    """With `lora` set, the step is measured as it trains: with the adapter (only its weights trainable); afterwards
+    the model is as it was (no adapter, the same parameters, trainable, the random state untouched), for TRL to apply
+    the adapter to."""
+    from support import prompt_dataset
+
+    from pods_rl.run.settings import RunSettings
+
+    monkeypatch.setattr(step_costs, "cpu_flags", lambda: AVX2)
+    trainer = {"num_generations": 4, "num_selected": 2, "per_device_train_batch_size": 2, "max_completion_length": 8}
+    settings = RunSettings(lora={"r": 4, "lora_alpha": 8}, trainer=trainer)
+    startup = step_costs.RunPrecision(settings, settings.trainer_config(tmp_path))
+    tokenizer = char_tokenizer()
+    model = tiny_llama(tokenizer)
+    parameters = {name: id(value) for name, value in model.named_parameters()}
+    trainable = []
+
+    def spy(measured, prompt, shape, precisions, **kwargs):
+        trainable.extend(name for name, value in measured.named_parameters() if value.requires_grad)
+        return {precision: {"generate": 1.0, "update": 1.0} for precision in precisions}
+
+    monkeypatch.setattr(step_costs, "measure_step", spy)
+    state = torch.get_rng_state()
+    startup.settle(model, tokenizer, prompt_dataset(), lambda line: None)
+    assert trainable and all(".lora_A." in name or ".lora_B." in name for name in trainable)
+    assert {name: id(value) for name, value in model.named_parameters()} == parameters
+    assert all(value.requires_grad for value in model.parameters())
+    assert not hasattr(model, "peft_config") and torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.parametrize(
@@ -219,3 +315,52 @@ def test_full_precision_runs_a_bf16_wrapped_forward_without_autocast():
     plain = tiny_llama(tokenizer)  # no wrapper: nothing to undo
     with full_precision(plain):
         assert "forward" not in vars(plain)
+
+
+def test_in_fp32_the_sampler_and_the_training_forward_agree_on_each_tokens_log_prob():
+    """With HF `generate` TRL keeps no sampler log-probabilities, so nothing corrects a difference between how
+    `generate` scored a sampled token and how the training forward scores it: in fp32 there is none to correct (to
+    float rounding). bf16 has one (docs/performance.md), which this does not bound."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import GenerationConfig
+    from trl.trainer.utils import add_fused_lm_head
+
+    path = Path(__file__).parents[1] / "benchmarks" / "sampler_gap.py"
+    spec = importlib.util.spec_from_file_location("sampler_gap", path)
+    sampler_gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sampler_gap)
+    tokenizer = char_tokenizer()
+    model = tiny_llama(tokenizer).eval()
+    add_fused_lm_head(model, temperature=0.9)
+    ends = [tokenizer.eos_token_id]
+    generation = GenerationConfig(
+        max_new_tokens=12,
+        do_sample=True,
+        temperature=0.9,
+        top_k=0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=ends,
+    )
+    torch.manual_seed(0)
+    sampler, trainer, mask = sampler_gap.sampler_and_trainer_logps(
+        model, tokenizer("12+3=")["input_ids"], 8, generation
+    )
+    assert mask.sum() > 40 and sampler.shape == trainer.shape == mask.shape == (8, 12)
+    assert (sampler - trainer)[mask].abs().max() < 1e-4
+
+
+def test_with_vllm_trls_importance_sampling_correction_stays_on():
+    """vLLM samples in its own precision (bf16 on a CPU) and its own kernels; TRL corrects for that by weighing each
+    trained row by exp(training forward - vLLM log-probs), masking rows whose ratio exceeds 3. PODSConfig keeps TRL's
+    defaults for it, and no preset changes them."""
+    from pods_rl import PODSConfig
+    from pods_rl.defaults import CPU_SIZED, GENERIC, SMOLLM2_CPU_PRESETS, SMOLLM2_CPU_VLLM, TINY_ARITHMETIC
+    from pods_rl.versions import CHECKPOINTING_FIELD
+
+    args = PODSConfig(output_dir="unused", use_cpu=True, bf16=False, **{CHECKPOINTING_FIELD: False})
+    assert args.vllm_importance_sampling_correction
+    assert (args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_max) == ("sequence_mask", 3.0)
+    presets = [GENERIC, TINY_ARITHMETIC, CPU_SIZED, SMOLLM2_CPU_VLLM, *SMOLLM2_CPU_PRESETS.values()]
+    assert not any(key.startswith("vllm_importance_sampling") for preset in presets for key in preset["trainer"])

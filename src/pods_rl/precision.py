@@ -6,8 +6,8 @@ instructions (AMX-BF16 or AVX512-BF16: an Intel Xeon with AMX ran a 2048-cube ma
 bf16, a SmolLM2-shaped forward and backward 2.3x); without them (an AVX2 EPYC) torch emulates bf16, slower than fp32,
 so such a CPU stays in fp32 without measuring. Where the instructions exist, whether bf16 pays for a given model
 depends on its shape (a tiny model's small matrices cost more in casts than they gain), so `pods train` measures
-both precisions on the run's own model and shape at start-up (`pods_rl.run.step_costs`, a few seconds, once per
-machine, model and shape: cached) and takes bf16 only when its step is at least `MARGIN` faster. A measurement beats a
+both precisions on the run's own model and shape at start-up (`pods_rl.run.step_costs`, a few seconds, cached per
+machine and all else it depends on) and takes bf16 only when its step is at least `MARGIN` faster. A measurement beats a
 table of measured cases here: a table cannot hold every model, CPU and shape, and a wrong entry would stay wrong; the
 margin and the measurement's interleaving (fp32 and bf16 alternate, the fastest of each counts) keep a busy machine
 from flipping the choice, though not an oversubscribed one (docs/performance.md): runs that must match force one.
@@ -15,11 +15,18 @@ from flipping the choice, though not an oversubscribed one (docs/performance.md)
 bf16 here is what transformers' Trainer does with `bf16=True` on a CPU: the weights, gradients and optimizer stay
 fp32 and each forward runs under `torch.autocast("cpu", dtype=torch.bfloat16)` (accelerate wraps the model's
 forward). TRL's log-probabilities then come from bf16 logits reduced in fp32 (its chunked log-softmax keeps fp32
-running sums), and with one update per generation (the default) the importance ratio is exactly 1 whatever the
-precision, so the loss sees the policy gradient of the bf16 policy that generated the rollouts; HF `generate` runs
-under the same autocast (`PODSTrainer` holds one autocast over the whole call, so each weight is cast once per call,
-not once per token). Held-out evaluation runs in fp32 whatever the training precision (`full_precision`), so
-accuracies compare across precisions and machines. `trainer.bf16` set by the user forces either.
+running sums). HF `generate` runs under the same autocast (`PODSTrainer` holds one autocast over the whole call, so
+each weight is cast once per call, not once per token), but it computes the policy another way (a token at a time
+over its KV cache, where the training forward takes the whole sequence at once), and in bf16 the two round apart: a
+sampled token's log-prob differs between them by 2.6e-4 on average and up to 9.4e-2 on the tiny model, against
+1.1e-5 at most in fp32 (docs/performance.md, "The sampler and the trainer"). Nothing corrects that with HF
+`generate`: TRL keeps no log-probabilities of the sampler there, and its importance ratio compares the training
+forward with itself (exactly 1 with one update per generation, the default), so the loss is the policy gradient of
+the training forward's policy on rollouts drawn from the sampler's. With vLLM (bf16 on a CPU, whatever the training
+precision) TRL's importance-sampling correction, which PODSConfig keeps on, weighs each trained row by the ratio of
+the two policies. Held-out evaluation runs in fp32 whatever the training precision (`full_precision`), so accuracies
+compare across precisions and machines. `trainer.bf16` set by the user forces either; forced onto a CPU without bf16
+instructions, the plan warns that torch emulates it there.
 """
 
 from __future__ import annotations

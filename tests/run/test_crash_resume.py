@@ -2,6 +2,8 @@
 of the same seed produces: the same metrics records, parameters, optimizer and scheduler state."""
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +16,10 @@ from safetensors.torch import load_file
 from support import without_wall_times
 from typer.testing import CliRunner
 
+import pods_rl.models
 from pods_rl.cli import app
-from pods_rl.run.train import last_checkpoint
+from pods_rl.run.checkpoints import damage, resume_point
+from pods_rl.run.lock import HOST, RUN_LOCK
 
 runner = CliRunner()
 MAX_STEPS = 6
@@ -128,18 +132,23 @@ def test_sigkill_during_checkpoint_write_and_mid_run(tiny_model_dir, reference, 
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (out / "_tmp-checkpoint-4").exists() and not (out / "checkpoint-4").exists()
-    assert last_checkpoint(out) == out / "checkpoint-2"
+    assert resume_point(out) == (out / "checkpoint-2", None)  # the staging folder is no candidate
 
     process = start(["train", "--resume", str(out)])  # from checkpoint-2; killed again mid-run, after step 5
     wait_for(lambda: 5 in logged_steps(out), process)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (out / "_tmp-checkpoint-4").exists()  # the stale staging folder was removed on resume
-    assert last_checkpoint(out) == out / "checkpoint-4"
+    assert resume_point(out) == (out / "checkpoint-4", None)
 
+    # Killed outright, the run left its lock behind, naming a process that is gone: taken over with a warning.
+    assert json.loads((out / RUN_LOCK).read_text())["pid"] == process.pid
     result = runner.invoke(app, ["train", "--resume", str(out)])
     assert result.exit_code == 0, result.output
+    stale = f"warning: {out / RUN_LOCK} named process {process.pid} on host {HOST} (since "
+    assert sum(line.startswith(stale) for line in result.output.splitlines()) == 1, result.output
     assert_same_as(reference, out)
+    assert not (out / RUN_LOCK).exists()
 
 
 def test_sigterm_saves_a_checkpoint_and_exits(tiny_model_dir, reference, tmp_path, monkeypatch):
@@ -151,7 +160,8 @@ def test_sigterm_saves_a_checkpoint_and_exits(tiny_model_dir, reference, tmp_pat
     assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "stopped by SIGTERM" in output
     step = logged_steps(out)[-1]  # the step it was in when the signal came
-    assert 3 <= step < MAX_STEPS and last_checkpoint(out) == out / f"checkpoint-{step}"
+    assert 3 <= step < MAX_STEPS and resume_point(out) == (out / f"checkpoint-{step}", None)
+    assert not (out / RUN_LOCK).exists()  # stopped cleanly: the lock was given back
     assert not (out / "summary.json").exists()
 
     loads = []  # every pickle read on resume must refuse anything but tensors and plain data
@@ -170,9 +180,102 @@ def test_sigterm_saves_a_checkpoint_and_exits(tiny_model_dir, reference, tmp_pat
     assert_same_as(reference, out)
 
 
-def test_incomplete_checkpoints_are_never_resumed_from(tmp_path):
-    for name in ("checkpoint-2", "checkpoint-4", "_tmp-checkpoint-8"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "trainer_state.json").write_text("{}")
-    (tmp_path / "checkpoint-6").mkdir()  # no trainer_state.json: not written by a complete save
-    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
+def copy_of(reference: Path, tmp_path: Path) -> Path:
+    """A copy of the reference run, to damage."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    return out
+
+
+def truncate(path: Path, size: int | None = None) -> None:
+    """Cut the file at `size` bytes (half of it by default): a copy that stopped, a disk that filled."""
+    os.truncate(path, path.stat().st_size // 2 if size is None else size)
+
+
+DAMAGES = {
+    "truncated weights": (
+        lambda c: truncate(c / "model.safetensors", 1000),
+        "model.safetensors: not safetensors (Error while deserializing header: invalid header length)",
+    ),
+    "weights cut in their data": (
+        lambda c: truncate(c / "model.safetensors"),
+        "model.safetensors: not safetensors (Error while deserializing header: incomplete metadata, file not fully "
+        "covered)",
+    ),
+    "garbage data state": (
+        lambda c: (c / "pods_data_state.json").write_bytes(b"\x00\x9c garbage"),
+        "pods_data_state.json: not JSON ('utf-8' codec can't decode byte 0x9c in position 1: invalid start byte)",
+    ),
+    "data state without its position": (
+        lambda c: (c / "pods_data_state.json").write_text('{"epoch": 1}'),
+        "pods_data_state.json: lacks position",
+    ),
+    "truncated optimizer": (
+        lambda c: truncate(c / "optimizer.pt"),
+        "optimizer.pt: not a complete torch archive (File is not a zip file)",
+    ),
+    "missing scheduler": (lambda c: (c / "scheduler.pt").unlink(), "scheduler.pt is missing"),
+    "no trainer state (an incomplete copy)": (
+        lambda c: (c / "trainer_state.json").unlink(),
+        "trainer_state.json is missing",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGES))
+def test_a_damaged_checkpoint_is_named_with_the_file_and_what_is_wrong(reference, tmp_path, case):
+    """Each damage in the newest checkpoint: the check names the file, `--resume` takes the checkpoint before it."""
+    out = copy_of(reference, tmp_path)
+    assert damage(out / "checkpoint-6") is None and damage(out / "checkpoint-4") is None
+    damage_it, problem = DAMAGES[case]
+    damage_it(out / "checkpoint-6")
+    assert damage(out / "checkpoint-6") == problem
+    assert resume_point(out) == (
+        out / "checkpoint-4",
+        f"checkpoint-6 ({problem}) is damaged: resuming from checkpoint-4, so steps 5-6 are trained again.",
+    )
+
+
+@pytest.mark.parametrize("case", ["truncated weights", "garbage data state", "truncated optimizer"])
+def test_resume_falls_back_past_a_damaged_checkpoint_to_the_same_run(reference, tmp_path, case):
+    """Damage in the newest checkpoint (it was a traceback): one warning line, the resume continues from the
+    checkpoint before, drops the records after it and ends as the uninterrupted run did."""
+    out = copy_of(reference, tmp_path)
+    damage_it, problem = DAMAGES[case]
+    damage_it(out / "checkpoint-6")
+    result = runner.invoke(app, ["train", "--resume", str(out)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: checkpoint-6 ({problem}) is damaged: resuming from checkpoint-4, so steps 5-6 are trained again."
+    ]
+    assert_same_as(reference, out)  # records 5 and 6 once each; checkpoint-6 written again, whole
+
+
+def test_resume_refuses_in_one_line_when_no_checkpoint_is_intact(reference, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(pods_rl.models, "load_model", fail)
+    out = copy_of(reference, tmp_path)
+    truncate(out / "checkpoint-6" / "optimizer.pt")
+    (out / "checkpoint-4" / "pods_data_state.json").write_text("{not json")
+    metrics = (out / "metrics.jsonl").read_text()
+    result = runner.invoke(app, ["train", "--resume", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: --resume {out}: no checkpoint is intact (checkpoint-6: optimizer.pt: not a complete torch archive "
+        "(File is not a zip file); checkpoint-4: pods_data_state.json: not JSON (Expecting property name enclosed in "
+        f"double quotes: line 1 column 2 (char 1))); start the run again with `pods train --config {out}/config.yaml "
+        f"--output-dir {out} --overwrite`, which replaces its records."
+    ]
+    assert (out / "metrics.jsonl").read_text() == metrics
+    assert not (out / RUN_LOCK).exists()
+
+
+def test_staging_folders_are_never_resumed_from(reference, tmp_path):
+    """A staging folder (a save that was killed) is no candidate, however complete it looks."""
+    out = copy_of(reference, tmp_path)
+    shutil.copytree(out / "checkpoint-6", out / "_tmp-checkpoint-8" / "checkpoint-8")
+    shutil.copytree(out / "checkpoint-6", out / "_tmp-checkpoint-10")
+    assert resume_point(out) == (out / "checkpoint-6", None)

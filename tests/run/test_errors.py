@@ -519,3 +519,29 @@ def test_vllm_without_vllm_installed_fails_before_the_model_loads(no_model_loadi
     result = runner.invoke(app, ["train", "--vllm", "--output-dir", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "use_vllm=True needs vLLM" in result.output and "make vllm" in result.output
+
+
+def test_resume_of_a_run_without_a_checkpoint(tmp_path):
+    """A run that saved no checkpoint (killed before its first, or `save_strategy: no`): `--resume` says so in one
+    line, before any heavy import, instead of training from step 0 over its records."""
+    out = a_previous_run(tmp_path / "run")
+    (out / "checkpoint-50" / "model.safetensors").unlink()
+    (out / "checkpoint-50").rmdir()
+    (out / "metrics.jsonl").write_text('{"type": "eval", "step": 0, "accuracy": 0.5}\n')
+    code = (
+        "import sys, json\n"
+        "from typer.testing import CliRunner\n"
+        "from pods_rl.cli import app\n"
+        f"result = CliRunner().invoke(app, ['train', '--resume', {str(out)!r}])\n"
+        f"print(json.dumps([result.exit_code, sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)]))\n"
+        "print(result.output)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, _, output = done.stdout.partition("\n")
+    assert json.loads(first) == [2, []], output
+    assert output.strip().splitlines() == [
+        f"error: --resume {out}: the run has no checkpoint to continue from; start the run again with `pods train "
+        f"--config {out}/config.yaml --output-dir {out} --overwrite`, which replaces its records."
+    ]
+    assert (out / "metrics.jsonl").read_text() == '{"type": "eval", "step": 0, "accuracy": 0.5}\n'
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.jsonl"]  # no lock left behind

@@ -1,4 +1,6 @@
+import io
 import json
+import signal
 
 import pytest
 from rich.console import Console
@@ -154,22 +156,27 @@ def test_grid_cell_absorbs_float_rounding() -> None:
     assert grid_cell(29.999, 10.0) == 2
 
 
-def test_the_first_step_gives_no_estimate_and_the_second_does(tmp_path) -> None:
-    """Step 1 (10 s, start-up included) is reported as such without a time left; step 2 (1 s) gives the estimate:
-    10 steps left at 1 s. No further pace lines."""
-    import io
-
+def _paced_monitor(tmp_path, clock: FakeClock) -> tuple[RunMonitor, io.StringIO, TrainerState, TrainerControl]:
+    """A monitor that evaluates only at the start and end, printing into the returned buffer, after on_train_begin
+    of a 12-step run."""
     out = io.StringIO()
-    clock = FakeClock()
     monitor = RunMonitor(
         tmp_path / "metrics.jsonl",
         lambda model: {"accuracy": 0.5, "num_examples": 4},
         EvalSettings(every_steps=None),
-        display=Display(Console(file=out, width=80)),
+        display=Display(Console(file=out, width=120)),
         clock=clock,
     )
     state, control = TrainerState(max_steps=12), TrainerControl()
     monitor.on_train_begin(None, state, control)
+    return monitor, out, state, control
+
+
+def test_the_first_step_gives_no_estimate_and_the_second_does(tmp_path) -> None:
+    """Step 1 (10 s, start-up included) is reported as such without a time left; step 2 (1 s) gives the estimate:
+    10 steps left at 1 s. No further pace lines."""
+    clock = FakeClock()
+    monitor, out, state, control = _paced_monitor(tmp_path, clock)
     for seconds, generate in ((10.0, 6.0), (1.0, 0.4), (1.0, 0.4)):
         monitor.on_step_begin(None, state, control)
         clock.now += seconds
@@ -182,3 +189,19 @@ def test_the_first_step_gives_no_estimate_and_the_second_does(tmp_path) -> None:
         "step 1 took 10.0 s (generate 6.0 s, update 0.5 s; the first step includes start-up)",
         "step 2 took 1.0 s (generate 0.4 s, update 0.5 s): about 0.2 min of training left at this pace",
     ]
+
+
+def test_a_step_a_signal_stops_reports_its_real_time(tmp_path) -> None:
+    """SIGTERM during step 1: the step finishes and is logged, and its pace line gives its time (it said 0.0 s)."""
+    clock = FakeClock()
+    monitor, out, state, control = _paced_monitor(tmp_path, clock)
+    monitor.on_step_begin(None, state, control)
+    clock.now += 140.8
+    monitor.stop_signal = signal.SIGTERM  # as the handler of `stopping_on_signals` records it
+    state.global_step += 1
+    monitor.on_step_end(None, state, control)
+    assert control.should_save and control.should_training_stop
+    monitor.on_log(None, state, control, logs={"pods/time_generate": 65.9, "pods/time_update": 74.9})
+    monitor.close()
+    pace = [line for line in out.getvalue().splitlines() if line.startswith("step 1 took")]
+    assert pace == ["step 1 took 140.8 s (generate 65.9 s, update 74.9 s; the first step includes start-up)"]

@@ -43,6 +43,8 @@ def test_pods_train_on_two_processes(tiny_model_dir, tmp_path):
     # At step 0 and at the end, over the whole held-out set (each process its half: see tests/test_evaluation.py).
     evaluations = [r for r in steps if r["type"] == "eval"]
     assert [(r["step"], r["num_examples"]) for r in evaluations] == [(0, 8), (2, 8)]
+    # The main process held the folder's lock (the other one did not refuse it) and gave it back.
+    assert not (out / "run.lock").exists()
 
 
 def test_pods_train_under_fsdp2_then_resume(tiny_model_dir, tmp_path):

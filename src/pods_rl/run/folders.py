@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from pods_rl.hub import hub_unusable, in_hub_cache
+from pods_rl.run.lock import RUN_LOCK
 from pods_rl.run.settings import RunSettings, SettingsError, read_yaml
 
 CONFIG_FILE = "config.yaml"
@@ -63,8 +64,8 @@ def check_output_dir(output_dir: Path, *, overwrite: bool, marker: str = CONFIG_
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise SettingsError(f"Output directory {output_dir} is a file, not a folder.")
-    if not output_dir.exists() or not any(output_dir.iterdir()):
-        return False
+    if not output_dir.exists() or all(path.name == RUN_LOCK for path in output_dir.iterdir()):
+        return False  # empty, or holding only the lock of a start that was killed (or is under way: see RUN_LOCK)
     is_ours = holds_run(output_dir) if marker == CONFIG_FILE else (output_dir / marker).is_file()
     if not is_ours:
         raise SettingsError(
@@ -80,9 +81,16 @@ def check_output_dir(output_dir: Path, *, overwrite: bool, marker: str = CONFIG_
 
 
 def replace_output_dir(output_dir: Path, *, replace: bool) -> None:
-    """Empty the folder of the previous run (checked by `check_output_dir`) and create it."""
+    """Empty the folder of the previous run (checked by `check_output_dir`) and create it. The folder's lock
+    (`RUN_LOCK`, held by the process that replaces it) stays."""
     if replace:
-        shutil.rmtree(output_dir)
+        for path in Path(output_dir).iterdir():
+            if path.name == RUN_LOCK:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
 
 

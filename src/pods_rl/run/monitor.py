@@ -119,8 +119,8 @@ class RunMonitor(TrainerCallback, ExportableState):
             self._show(state, f"{self._progress_text()} | step {state.global_step + 1}")
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        step_seconds = self.clock() - self._step_start
-        self.train_seconds += step_seconds
+        self._step_seconds = self.clock() - self._step_start  # the pace line's, also for a step a signal stops
+        self.train_seconds += self._step_seconds
         self._follow_main_process()
         if self.stop_signal is not None:
             control.should_save = True
@@ -128,7 +128,6 @@ class RunMonitor(TrainerCallback, ExportableState):
             return
         if self.time_budget is not None and self.train_seconds >= self.time_budget:
             control.should_training_stop = True
-        self._step_seconds = step_seconds
         if self._eval_due(state) or control.should_training_stop or state.global_step >= state.max_steps:
             self._evaluate(state, model)
 

@@ -1,8 +1,9 @@
 """`pods train`: a PODS run with evaluation, checkpoints, metrics, a summary and a report.
 
 Under failure (see docs/reliability.md): checkpoints are complete or absent, `--resume` continues from the newest
-complete one, SIGINT/SIGTERM stop after the current step with a checkpoint (exit status 128 + signal number), and a
-failing reward function stops the run with a checkpoint of the last completed step.
+intact one (`pods_rl.run.checkpoints`), one process at a time trains a run folder (`pods_rl.run.lock`),
+SIGINT/SIGTERM stop after the current step with a checkpoint (exit status 128 + signal number), and a failing reward
+function stops the run with a checkpoint of the last completed step.
 
 torch, TRL (and with it vLLM) are imported only inside `train`, once the run's logging is set up (`RunLogs`), so that
 what they log while being imported goes to train.log, not the console.
@@ -25,6 +26,7 @@ from rich.console import Console
 from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
 from pods_rl.machine import describe_machine
 from pods_rl.precision import full_precision
+from pods_rl.run.checkpoints import resume_point, step_of
 from pods_rl.run.display import Display
 from pods_rl.run.folders import (
     CONFIG_FILE,
@@ -34,6 +36,7 @@ from pods_rl.run.folders import (
     check_output_dir,
     replace_output_dir,
 )
+from pods_rl.run.lock import FolderLock
 from pods_rl.run.logs import RunLogs
 from pods_rl.run.settings import RunSettings, SettingsError, accelerator_available
 from pods_rl.run.step_costs import PRECISION_FILE, RunPrecision, read_recorded
@@ -51,19 +54,6 @@ class RunInterrupted(SystemExit):
     def __init__(self, signal_number: int):
         super().__init__(128 + signal_number)
         self.signal_number = signal_number
-
-
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest complete checkpoint: renamed into place once fully written, so holding its trainer_state.json.
-
-    Staging folders (`_tmp-checkpoint-N`, left by a save that was killed) never match.
-    """
-    steps = [
-        (int(p.name.split("-")[1]), p)
-        for p in output_dir.glob("checkpoint-*")
-        if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()
-    ]
-    return max(steps)[1] if steps else None
 
 
 def remove_staging(output_dir: Path) -> None:
@@ -179,9 +169,13 @@ def train(
     is_main = int(os.environ.get("RANK", "0")) == 0
     display = Display(console if is_main else Console(quiet=True))
     logs = RunLogs(verbose=verbose)
+    # The main process holds the folder for the run; the others of a launch follow it and never look at the lock.
+    lock = FolderLock(Path(output_dir)) if is_main else None
     try:
-        return _train(settings, Path(output_dir), resume, overwrite, changes or {}, display, logs, dry_run)
+        return _train(settings, Path(output_dir), resume, overwrite, changes or {}, display, logs, dry_run, lock)
     finally:
+        if lock is not None:
+            lock.release()
         display.close()
         logs.close()
 
@@ -195,9 +189,17 @@ def _train(
     display: Display,
     logs: RunLogs,
     dry_run: bool,
+    lock: FolderLock | None,
 ) -> dict[str, Any]:
     check_model_name(settings.model)
     replace = False if resume else check_output_dir(output_dir, overwrite=overwrite)
+    if lock is not None:
+        _hold_folder(lock, "--resume" if resume else "--output-dir", dry_run, display)
+    checkpoint = None
+    if resume:  # before anything loads: no checkpoint, or none intact, is one line
+        checkpoint, damaged = resume_point(output_dir, model_only=bool(settings.trainer.get("save_only_model")))
+        if damaged is not None:
+            display.print(f"[bold yellow]warning:[/] {damaged}", highlight=False, soft_wrap=True)
     task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
     args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
     logs.route_libraries()
@@ -235,7 +237,6 @@ def _train(
         args = settings.trainer_config(output_dir, **_run_trainer_fields(settings), bf16=precision.bf16)
     # Every check passed: only now is the output folder touched, by the main process alone while the others wait
     # (two processes replacing the folder or renaming the same temporary file into place would race).
-    checkpoint = last_checkpoint(output_dir) if resume else None
     with args.main_process_first(local=False, desc="preparing the output folder"):
         if args.process_index == 0 and resume:
             remove_staging(output_dir)
@@ -320,6 +321,17 @@ def _train(
     return summary
 
 
+def _hold_folder(lock: FolderLock, option: str, dry_run: bool, display: Display) -> None:
+    """Take the run folder's lock before anything loads: a folder another live process trains is refused in one line
+    (SettingsError), a stale lock (its process gone) is taken over with a warning. A dry run only looks."""
+    if dry_run:
+        lock.check(option)
+        return
+    stale = lock.acquire(option)
+    if stale is not None:
+        display.print(f"[bold yellow]warning:[/] {lock.stale_message(stale)}", highlight=False, soft_wrap=True)
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0].rstrip(".")
@@ -374,15 +386,13 @@ def _save_last_completed_step(trainer, output_dir: Path, display: Display) -> No
     display.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
 
 
-def _truncate_metrics(path: Path, checkpoint: Path | None) -> None:
-    """On resume, keep only the records up to the checkpoint we continue from: the rest will be produced again.
-
-    Without a checkpoint the run starts over, so nothing is kept. A torn last line (a write that was killed) is
-    dropped too.
-    """
+def _truncate_metrics(path: Path, checkpoint: Path) -> None:
+    """On resume, keep only the records up to the checkpoint we continue from: the rest will be produced again. A
+    torn last line (a write that was killed) is dropped too. Only the process holding the run folder's lock gets
+    here, so no other process is appending to the file."""
     if not path.exists():
         return
-    step = int(checkpoint.name.split("-")[1]) if checkpoint else -1
+    step = step_of(checkpoint)
     kept = []
     for line in path.read_text().splitlines():
         try:

@@ -170,25 +170,51 @@ def train(
 
 @app.command("eval")
 def eval_command(
-    model: Annotated[str, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")],
-    task: Annotated[str, typer.Option(help="Task name; see `pods tasks`.")] = "arithmetic",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A run folder, its final/ or a checkpoint-N/ (scored on the run's task variant and evaluation "
+            "settings, from its config.yaml); or 'tiny', 'smollm2-135m', a local folder or a hub id (scored with the "
+            "defaults `pods train` gives it)."
+        ),
+    ],
+    task: Annotated[
+        str | None, typer.Option(help="Task name (see `pods tasks`); default: the run's, else arithmetic.")
+    ] = None,
     num_examples: Annotated[int | None, typer.Option(help="Evaluate on the first N test examples.")] = None,
-    max_new_tokens: Annotated[int, typer.Option(help="Completion length limit.")] = 64,
-    sampled_k: Annotated[int, typer.Option(help="Also sampled pass@1 over k samples.")] = 0,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature for sampled pass@1.")] = 1.0,
-    batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 64,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Completion length limit.")] = None,
+    sampled_k: Annotated[int | None, typer.Option(help="Also sampled pass@1 over k samples.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature for sampled pass@1.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
+    set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="A setting of the evaluation as KEY=VALUE: task_options.KEY (e.g. task_options.num_test=50), seed, "
+            "trainer.temperature or eval.num_examples / max_new_tokens / batch_size / sampled_k.",
+        ),
+    ] = None,
     output: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' logs, warnings and progress bars.")
     ] = False,
 ) -> None:
-    """Held-out pass@1 accuracy of any model on a task's test split."""
-    from pods_rl.run.folders import check_model_name
-    from pods_rl.tasks.names import check_task_name
+    """Held-out pass@1 accuracy of a run or any model on a task's test split, scored as `pods train` scores it.
+
+    Options left out take the run's settings (or `pods train`'s defaults for the model and task)."""
+    from pods_rl.run.eval_settings import eval_overrides, resolve_eval
 
     try:
-        check_task_name(task)
-        check_model_name(model)
+        overrides = eval_overrides(
+            task=task,
+            num_examples=num_examples,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            sampled_k=sampled_k,
+            temperature=temperature,
+            set=set,
+        )
+        plan = resolve_eval(model, overrides)
     except ValueError as error:
         _fail(error)
 
@@ -198,23 +224,22 @@ def eval_command(
     display, logs = Display(console), RunLogs(verbose=verbose)  # before the heavy imports: they log too
     try:
         from pods_rl.evaluation import evaluate
-        from pods_rl.run.settings import RunSettings
-        from pods_rl.run.train import load_run_model, load_run_task
+        from pods_rl.run.eval_settings import load_weights
+        from pods_rl.run.train import load_run_task
 
         logs.route_libraries()
-        task_bundle = load_run_task(RunSettings(model=model, task=task))
-        dataset = task_bundle.test
-        if num_examples is not None:
-            dataset = dataset.select(range(min(num_examples, len(dataset))))
-        loaded, tokenizer = load_run_model(model, display)
+        dataset = plan.examples(load_run_task(plan.settings).test)
+        display.print(plan.describe(len(dataset)), markup=False, highlight=False)
+        loaded, tokenizer = load_weights(plan, display)
         results = evaluate(
             loaded,
             tokenizer,
             dataset,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
-            num_samples=sampled_k,
-            temperature=temperature,
+            max_new_tokens=plan.max_new_tokens,
+            batch_size=plan.settings.eval.batch_size,
+            num_samples=plan.settings.eval.sampled_k,
+            temperature=plan.temperature,
+            seed=plan.settings.seed,
             progress=display.callback("evaluation", quiet_if_short=True),
         )
     except ValueError as error:
@@ -222,7 +247,8 @@ def eval_command(
     finally:
         display.close()
         logs.close()
-    results = {"model": model, "task": task, **results}
+    variant = {"task_options": plan.settings.task_options, "max_new_tokens": plan.max_new_tokens}
+    results = {"model": model, "task": plan.settings.task, **variant, **results}
     if output is not None:
         output.write_text(json.dumps(results, indent=2))
     typer.echo(json.dumps(results, indent=2))
@@ -292,13 +318,29 @@ def compare(
     num_selected: Annotated[int | None, typer.Option("--num-selected", "-m", help="Rollouts trained, m.")] = None,
     prompts_per_step: Annotated[int | None, typer.Option(help="Prompts per optimizer step, in every arm.")] = None,
     time_budget: Annotated[float | None, typer.Option(help="Seconds of training per run.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the plan and stop.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print the plan and the simulated power of its verdicts, and stop.")
+    ] = False,
+    until_resolved: Annotated[
+        bool,
+        typer.Option(
+            help="Add seeds in batches (--seed-batch) until every arm's primary verdict is resolved or --max-seeds "
+            "is reached, with alpha spending over the looks (docs/comparing.md)."
+        ),
+    ] = False,
+    max_seeds: Annotated[
+        int | None, typer.Option(help="With --until-resolved: seeds per arm at most (default: twice the seeds).")
+    ] = None,
+    seed_batch: Annotated[
+        int | None, typer.Option(help="With --until-resolved: seeds added at each look (default 2).")
+    ] = None,
     set: Annotated[
         list[str] | None,
         typer.Option(
             "--set",
             help="Any other setting as KEY=VALUE: run settings shared by the arms (trainer.learning_rate=1e-4, "
-            "eval.every_seconds=20), comparison keys (target_gain=0.75) or one arm's (arms.pods.trainer.beta=0.04).",
+            "eval.every_seconds=20), comparison keys (target_gain=0.75, primary=mean_accuracy) or one arm's "
+            "(arms.pods.trainer.beta=0.04).",
         ),
     ] = None,
 ) -> None:
@@ -313,15 +355,31 @@ def compare(
         report_comparison,
     )
     from pods_rl.compare.runner import run_comparison as run_arms
-    from pods_rl.compare.settings import default_compare_dir, extend_on_resume, load_compare, resolve_compare
+    from pods_rl.compare.settings import (
+        default_compare_dir,
+        extend_on_resume,
+        load_compare,
+        resolve_compare,
+        with_sequential_plan,
+    )
 
     try:
         named = {"n": num_generations, "m": num_selected, "prompts_per_step": prompts_per_step, "seeds": seed}
         overrides = [{key: value} for key, value in named.items() if value is not None]
         overrides += _cli_overrides(model=model, task=task, time_budget=time_budget, set=set)
         alone = [flag for flag, value in (("--status", status), ("--report", report)) if value is not None]
-        if alone and (overrides or config or output_dir or resume or arm or dry_run or overwrite or len(alone) > 1):
+        sequential = until_resolved or max_seeds is not None or seed_batch is not None
+        if alone and (
+            overrides or config or output_dir or resume or arm or dry_run or overwrite or sequential or len(alone) > 1
+        ):
             raise ValueError(f"{alone[0]} takes a comparison folder and nothing else: give it alone.")
+        if (max_seeds is not None or seed_batch is not None) and not until_resolved:
+            raise ValueError("--max-seeds and --seed-batch go with --until-resolved.")
+        if until_resolved and resume is not None:
+            raise ValueError(
+                "--until-resolved is chosen when a comparison starts (its looks are planned before any result); "
+                "--resume continues a sequential comparison by itself."
+            )
         if report is not None:
             comparison = report_comparison(report, console=console)
             console.print(f"[bold green]written:[/] {report}/comparison.md")
@@ -349,11 +407,19 @@ def compare(
             output_dir = resume
         else:
             settings = resolve_compare(config, overrides, only=arm)
+            if until_resolved:
+                settings = with_sequential_plan(settings, max_seeds, seed_batch)
             output_dir = output_dir or default_compare_dir(settings)
         console.print(plan_table(settings))
         for line in plan_warnings(settings):
             console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
         if dry_run:
+            from pods_rl.compare.power import design_power, power_lines
+
+            with console.status("simulating the verdicts' power ..."):
+                lines = power_lines(design_power(settings))
+            for line in lines:
+                console.print(line, highlight=False, soft_wrap=True)
             return
         comparison = run_arms(settings, output_dir, resume=resume is not None, overwrite=overwrite, console=console)
     except (ValueError, ArmFailed) as error:
@@ -363,3 +429,57 @@ def compare(
         raise typer.Exit(128 + stopped.signal_number) from None
     console.print(f"[bold green]done:[/] {output_dir}/comparison.md")
     typer.echo("\n".join(comparison["summary"]))  # one line per arm: speedup, interval, seeds, accuracy
+
+
+@app.command()
+def advise(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file of the run.")] = None,
+    model: Annotated[str | None, typer.Option(help="'tiny', 'smollm2-135m', a local folder or a hub id.")] = None,
+    task: Annotated[str | None, typer.Option(help="Task name; see `pods tasks`.")] = None,
+    num_generations: Annotated[int | None, typer.Option("--num-generations", "-n", help="Pool size n.")] = None,
+    num_selected: Annotated[int | None, typer.Option("--num-selected", "-m", help="Rollouts trained, m.")] = None,
+    prompts: Annotated[
+        int | None, typer.Option(help="Training prompts to sample: the run's first P (default 32).")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option(help="Rollouts per prompt, K >= n (default max(n, 16); 2n makes the history exact).")
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option(help="Folder of advice.json (default: a new one in runs/).")
+    ] = None,
+    cost_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Step costs of another machine: a YAML/JSON file with one StepCost entry (benchmarks/gpu_check.py "
+            "prints one) or a built-in one's name ('H200 (0.5B)', 'paper (L40S)'). Default: measured here."
+        ),
+    ] = None,
+    set: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Any run setting as KEY=VALUE, as `pods train --set` takes it."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' logs, warnings and progress bars.")
+    ] = False,
+) -> None:
+    """Forecast, from the base model's rollouts, what GRPO, PODS, dynamic sampling and allocation would learn per step
+    and per second here; writes advice.json (docs/advise.md)."""
+    from pods_rl.run.advise import plan_advice
+
+    try:
+        overrides = _cli_overrides(
+            model=model, task=task, num_generations=num_generations, num_selected=num_selected, set=set
+        )
+        plan = plan_advice(
+            config, overrides, prompts=prompts, samples=samples, output_dir=output_dir, cost_model=cost_model
+        )
+    except ValueError as error:
+        _fail(error)
+
+    from pods_rl.run.advise import run_advice
+
+    try:
+        run_advice(plan, console=console, verbose=verbose)
+    except ValueError as error:
+        _fail(error)
+    console.print(f"[bold green]written:[/] {plan.output_dir / 'advice.json'}", highlight=False, soft_wrap=True)

@@ -18,9 +18,7 @@ from pods_rl.compare import settings as settings_module
 from pods_rl.compare import tuning as compare_tuning
 from pods_rl.compare.cost_model import CostModel, LinearCost, fit_linear, when_pods_pays
 from pods_rl.compare.measures import (
-    PERMUTATION_MEASURES,
     difference_text,
-    permutation_measures,
     speedup_text,
     summarize,
 )
@@ -112,6 +110,7 @@ def test_summarize_on_synthetic_runs(tmp_path):
         "fraction": 0.75,
         "base": pytest.approx(0.2),
         "plateau": pytest.approx(0.6),
+        "of": None,
         "baseline": "grpo",
     }
     assert [t["fraction"] for t in comparison["targets"]] == [0.5, 0.75, 0.9]
@@ -149,9 +148,24 @@ def test_summarize_on_synthetic_runs(tmp_path):
         name: {"time_to_target": "not resolved", "steps_to_target": "not resolved", "mean_accuracy": "not resolved"}
         for name in ("grpo-pool", "pods")
     }
-    assert comparison["method"]["family"]["tests"] == 6  # two arms, three tests each
-    # Holm: the mean-accuracy p-values are the family's smallest; 0.344 x 6 > 1.
-    assert versus["adjusted_p_values"]["mean_accuracy"] == 1.0
+    # One question per arm: the primary time to target of two arms, Holm over both: 2 x 1/3; steps to target and the
+    # window mean are secondary, with their own p-values unadjusted.
+    family = comparison["method"]["family"]
+    assert (family["tests"], family["primary"], family["secondary"]) == (
+        2,
+        "time_to_target",
+        ["steps_to_target", "mean_accuracy"],
+    )
+    assert versus["adjusted_p_values"] == {
+        "time_to_target": pytest.approx(2 / 3),
+        "steps_to_target": None,
+        "mean_accuracy": None,
+    }
+    assert versus["roles"] == {
+        "time_to_target": "primary",
+        "steps_to_target": "secondary",
+        "mean_accuracy": "secondary",
+    }
     projections = versus["projections"]
     # Measured: pods 4.078 s a step (2.1 + 0.16 + 0.018 + 1.8), grpo 2.746 s: 2.0 / 1.485. The H200's step at
     # 16 x the rows (64 trained): grpo 7.836 + 64 x 4.865 ms + 64 x 7.83 ms = 8.648 s, pods with 256 generated 9.583 s.
@@ -175,15 +189,22 @@ def test_summarize_on_synthetic_runs(tmp_path):
     assert "grpo-pool reaches the target at its first evaluation" not in warnings
     assert "pods reaches the target at its first evaluation on seed(s) 0 (10.0), 1 (10.0)" in warnings
     assert (
-        "With 2 seed(s) per arm and 2 arm(s) against the baseline, the smallest p-value a time or steps to target can "
-        "reach after Holm's adjustment over the family is 1, above 0.05: none can be resolved, however large; it takes "
-        "at least 5 seeds per arm." in warnings
+        "With 2 seed(s) per arm and 2 arm(s) against the baseline, the smallest p-value the primary time to target can "
+        "reach after Holm's adjustment over the arms is 0.667, above 0.05: none can be resolved, however large; it "
+        "takes at least 5 seeds per arm." in warnings
     )
     assert comparison["summary"][1].startswith(
         "pods vs grpo: time to target 2.00x (95% interval 0-∞x), reached by 2 of 2 pods and 2 of 2 grpo runs: not "
-        "resolved (Holm p 1.000); faster at every target (50%/75%/90% of the gain); in steps 2.00x"
+        "resolved (primary, Holm p 0.667); faster at every target (50%/75%/90% of the gain); by curve fits"
     )
-    assert comparison["summary"][-1].startswith("Target: 75% of grpo's gain (20.0% -> 60.0%): 50.0%. Verdicts")
+    assert (
+        "in steps 2.00x (95% interval 0-∞x): not resolved (secondary, p 0.333 unadjusted)" in comparison["summary"][1]
+    )
+    assert comparison["summary"][-1] == (
+        "Target: 75% of grpo's gain (20.0% -> 60.0%): 50.0%. Verdicts: one primary question per arm, time to target, "
+        "at the 5% level after Holm's adjustment over the 2 arm(s)' primary tests; steps to target and mean accuracy "
+        "are secondary, each at 5% unadjusted; the intervals are 95% per comparison, unadjusted."
+    )
     assert pods["seconds_per_step"] == pytest.approx(
         {"generate": 2.1, "score": 0.16, "select": 0.018, "update": 1.8, "total": 4.078}
     )
@@ -210,9 +231,10 @@ def test_summarize_on_synthetic_runs(tmp_path):
     markdown = (tmp_path / "comparison.md").read_text()
     assert "| pods | 8 | 2 | max_variance |" in markdown
     assert (
-        "| pods | 2.00x (0-∞x) | 2 / 2 of 2 | not resolved (p 1.000) | 2.00x (0-∞x) | not resolved (p 1.000) | "
-        "+8.3 points (-55.2 to +71.9) | not resolved (p 1.000) |" in markdown
+        "| pods | 2.00x (0-∞x) | 2 / 2 of 2 | not resolved (primary, Holm p 0.667) | 2.00x (0-∞x) | not resolved "
+        "(secondary, p 0.333 unadjusted) | " in markdown
     )
+    assert "| +8.3 points (-55.2 to +71.9) | not resolved (secondary, p 0.344 unadjusted) |" in markdown
     assert "| pods | 16 | 4 | 4.00 | — | — | — | 48 | 12 | 480 | 120 |" in markdown
     assert "| grpo | 0 | 3 | 30 | 60.0 | 15.0 [10, 20] | 1.5 [1, 2] | baseline | baseline |" in markdown
     assert "| pods | 0 | 3 | 30 | 70.0 | 7.5 [0, 10] | 0.8 [0, 1] | 2.00x [1.00, ∞], faster | +13.3 |" in markdown
@@ -405,16 +427,17 @@ def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
         resolve_compare(config, [])
 
 
-def test_the_plan_says_when_its_seeds_cannot_resolve_a_time_to_target(tmp_path):
+def test_the_plan_says_when_its_seeds_cannot_resolve_a_time_to_target(tmp_path, monkeypatch):
+    monkeypatch.setattr("pods_rl.compare.power.COMPARISONS", 10)  # the dry run's power: not what is tested here
     base = ["compare", "--dry-run", "--output-dir", str(tmp_path / "cmp"), "--arm", "grpo", "--arm", "pods"]
-    few = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2, 3]"])
+    few = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2]"])
     assert few.exit_code == 0, few.output
-    assert "smallest p-value a time or steps to target can reach after Holm's adjustment over the family is 0.0571" in (
+    assert "smallest p-value the primary time to target can reach after Holm's adjustment over the arms is 0.1" in (
         " ".join(few.output.split())
     )
-    assert "it takes at least 5 seeds per arm" in " ".join(few.output.split())
-    enough = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2, 3, 4]"])
-    assert enough.exit_code == 0 and "Holm" not in enough.output and not (tmp_path / "cmp").exists()
+    assert "it takes at least 4 seeds per arm" in " ".join(few.output.split())
+    enough = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2, 3]"])
+    assert enough.exit_code == 0 and "smallest p-value" not in enough.output and not (tmp_path / "cmp").exists()
 
 
 def test_bad_model_fails_before_any_run(tmp_path):
@@ -452,7 +475,7 @@ def test_default_arms_are_grpo_pods_and_dynamic_sampling_with_seeds_that_can_res
     target needs to be resolvable after Holm; the ablations run when named or changed by an override."""
     settings = resolve_compare(None, [])
     assert list(settings.arms) == ["grpo", "pods", "grpo-ds", "pods-ds"]
-    assert len(settings.seeds) == seeds_to_resolve(PERMUTATION_MEASURES * (len(settings.arms) - 1)) == 5
+    assert len(settings.seeds) == seeds_to_resolve(len(settings.arms) - 1) == 5  # one primary test per arm
     assert list(resolve_compare(None, [], only=["grpo", "grpo-pool"]).arms) == ["grpo", "grpo-pool"]
     changed = resolve_compare(None, [{"arms": {"pods-random": {"trainer": {"beta": 0.04}}, "pods-8": {"n": 8}}}])
     assert list(changed.arms) == ["grpo", "pods", "pods-random", "grpo-ds", "pods-ds", "pods-8"]
@@ -525,7 +548,7 @@ def test_three_term_compare_config_runs_the_papers_sizes():
 def test_allocation_compare_configs_race_allocation_against_grpo_pods_and_dynamic_sampling(name, arms):
     settings = resolve_compare(CONFIGS / name, [])
     assert {"grpo", "pods", "grpo-ds", "pods-ds"} | set(arms) == set(settings.arms)
-    assert len(settings.seeds) >= seeds_to_resolve(permutation_measures(settings.clock) * (len(settings.arms) - 1))
+    assert len(settings.seeds) >= seeds_to_resolve(len(settings.arms) - 1)
     assert set(settings.tuning_seeds).isdisjoint(settings.seeds) and len(settings.lr_grid) >= 3
     trainers = {arm: settings.arm_settings(arm, 0).trainer for arm in settings.arms}
     assert {arm: t.get("rollout_allocation", "none") for arm, t in trainers.items()} == {
@@ -897,9 +920,11 @@ def test_a_comparison_clocked_by_steps_tests_steps_and_the_window_over_steps_and
     assert comparison["target"]["accuracy"] == pytest.approx(0.4625)
     grpo_steps = [t["crossing"] for t in comparison["arms"]["grpo"]["steps_to_target"]]
     assert grpo_steps == pytest.approx([6.5625] * 3)  # 5 + 5 x 0.0625 / 0.2
-    # Two tests in the family (steps and the window); the time to target, in seconds of two CPUs, is not tested.
-    assert comparison["method"]["family"]["tests"] == 2
-    assert comparison["method"]["family"]["measures"] == ["steps_to_target", "mean_accuracy"]
+    # One primary test per arm, the steps to target (the window is secondary); the time to target, in seconds of two
+    # CPUs, is not tested.
+    assert comparison["method"]["family"]["tests"] == 1
+    assert comparison["method"]["family"]["measures"] == ["steps_to_target"]
+    assert comparison["method"]["family"]["secondary"] == ["mean_accuracy"]
     assert versus["verdicts"]["time_to_target"] == "not tested"
     assert versus["adjusted_p_values"]["time_to_target"] is None
     assert versus["adjusted_p_values"]["steps_to_target"] is not None
@@ -928,16 +953,16 @@ def test_a_comparison_clocked_by_steps_tests_steps_and_the_window_over_steps_and
         "time to target in measured seconds" in summary and "(not tested: see the projections per machine)" in summary
     )
     assert (
-        "over the family of 2 tests (steps to target and mean accuracy of each arm against grpo)"
-        in (comparison["summary"][-1])
+        "Verdicts: one primary question per arm, steps to target, at the 5% level after Holm's adjustment over the 1 "
+        "arm(s)' primary tests; mean accuracy is secondary" in comparison["summary"][-1]
     )
     markdown = comparison_markdown(comparison)
     assert "10 steps per run, evaluation every 5 steps" in markdown
     assert "(clocked by steps: the window and the verdicts count steps)" in markdown
-    assert "not tested (p -)" in markdown
+    assert "| not tested |" in markdown
     write_comparison(tmp_path, comparison)  # the picture against steps
     assert (tmp_path / "comparison.png").stat().st_size > 0
-    # benchmarks/arm_vs_arms.py reads the clock too: the window over steps, a family of 2, time not tested.
+    # benchmarks/arm_vs_arms.py reads the clock too: the window over steps, steps primary, time not tested.
     script = Path(__file__).parents[2] / "benchmarks" / "arm_vs_arms.py"
     shown = subprocess.run(
         [sys.executable, str(script), str(tmp_path), "--arm", "pods"], capture_output=True, text=True, check=False
@@ -948,7 +973,7 @@ def test_a_comparison_clocked_by_steps_tests_steps_and_the_window_over_steps_and
     assert row[3] == speedup_text(versus["steps_to_target"])
     assert row[5] == difference_text(versus["mean_accuracy_difference"])
     assert row[7] == "+10.0, +8.0, +12.0"  # over seconds: +0.0, -2.0, +2.0
-    assert "over this table's 2 tests" in shown.stdout
+    assert "one primary question per arm, steps to target" in shown.stdout
 
 
 def test_a_step_clocked_comparison_evaluates_by_steps():

@@ -10,12 +10,15 @@ costs and their projections onto other machines, and the warnings. Definitions (
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pods_rl.compare.cost_model import PHASES, REFERENCE_COSTS, CostModel, StepCost, when_pods_pays
+from pods_rl.compare.curve_fit import FIT_METHOD, fit_speedup
+from pods_rl.compare.sequential import SPENDING, nominal_levels
+from pods_rl.compare.sequential import decide as sequential_decide
 from pods_rl.compare.statistics import (
     ALPHA,
     CLOCK_AXES,
@@ -26,15 +29,16 @@ from pods_rl.compare.statistics import (
     Curve,
     Target,
     band,
+    comparison_target,
     gain_target,
     holm,
     least_adjusted_p_value,
-    paired_difference,
     resolution_warnings,
     seed_speedup,
     seeds_to_resolve,
     speedup_test,
     time_to_target,
+    window_difference,
     window_differences,
 )
 from pods_rl.compare.tuning import tuning_warnings
@@ -59,12 +63,6 @@ def family_measures(clock: str) -> tuple[str, ...]:
     return MEASURES if clock == "seconds" else STEP_CLOCK_MEASURES
 
 
-def permutation_measures(clock: str) -> int:
-    """Of the tested measures, those by the permutation test (discrete p-values): time and steps to target."""
-    return sum(measure != "mean_accuracy" for measure in family_measures(clock))
-
-
-PERMUTATION_MEASURES = permutation_measures("seconds")
 VERDICTS = {"time_to_target": ("faster", "slower"), "steps_to_target": ("faster", "slower")}
 VERDICTS["mean_accuracy"] = ("higher", "lower")
 NOT_RESOLVED = "not resolved"
@@ -168,20 +166,31 @@ def curves_of(runs: list[dict[str, Any]], metric: str, axis: str) -> list[Curve]
     return [([e[axis] for e in run["eval"]], [e[metric] for e in run["eval"]]) for run in runs]
 
 
-def choose_target(settings: CompareSettings, baseline: list[Curve] | None) -> Target | None:
-    """`target_accuracy` when set, else `target_gain` of the baseline's gain; None without a baseline or a gain."""
+def choose_target(settings: CompareSettings, curves: dict[str, list[Curve]]) -> Target | None:
+    """`target_accuracy` when set, else `target_gain` of the baseline's gain, or of the best other arm's where the
+    baseline gained nothing (`statistics.comparison_target`); None without a baseline or any gain."""
+    baseline = curves.get(settings.baseline)
     if baseline is None:
         return None
-    reference = gain_target(baseline, settings.target_gain)
+    others = {name: arm_curves for name, arm_curves in curves.items() if name != settings.baseline}
+    reference = comparison_target(baseline, others, settings.target_gain)
     if settings.target_accuracy is not None:
         base, plateau = (None, None) if reference is None else (reference.base, reference.plateau)
         return Target(float(settings.target_accuracy), None, base, plateau)
     return reference
 
 
-def reported_targets(settings: CompareSettings, baseline: list[Curve], primary: Target) -> list[Target]:
-    """The targets every speedup is also read at: `target_gains` of the baseline's gain, and the primary one."""
-    targets = [gain_target(baseline, fraction) for fraction in sorted(set(settings.target_gains))]
+def reported_targets(settings: CompareSettings, curves: dict[str, list[Curve]], primary: Target) -> list[Target]:
+    """The targets every speedup is also read at: `target_gains` of the same gain as the primary target's (the
+    baseline's, or the arm's it names), and the primary one."""
+    source = curves[primary.of or settings.baseline]
+    targets = []
+    for fraction in sorted(set(settings.target_gains)):
+        target = gain_target(source, fraction)
+        if target is not None and primary.of is not None:  # the arm's gain, from the baseline's start
+            base = primary.base if primary.base is not None else target.base
+            target = Target(base + fraction * (target.plateau - base), fraction, base, target.plateau, primary.of)
+        targets.append(target)
     targets = [t for t in targets if t is not None and t.fraction != primary.fraction]
     return sorted([*targets, primary], key=lambda t: t.accuracy)
 
@@ -189,22 +198,32 @@ def reported_targets(settings: CompareSettings, baseline: list[Curve], primary: 
 def arm_versus(
     baseline: dict[str, list[Curve]],
     arm: dict[str, list[Curve]],
-    target: Target,
+    target: Target | None,
     targets: list[Target],
     clock: str = "seconds",
 ) -> dict[str, Any]:
     """One arm against the baseline (`baseline` and `arm`: curves against "seconds" and against "steps", seed by
-    seed): times and steps to `target` per seed and over seeds, the same at every one of `targets`, and the
-    window-mean difference over the `clock` axis."""
+    seed): the window-mean difference over the `clock` axis, always; with a target, times and steps to it per seed
+    and over seeds (by the permutation test, and by curve fits as a second method), and the same at every one of
+    `targets`."""
+    difference, paired = window_difference(baseline[clock], arm[clock])
+    windows, differences = window_differences(baseline[clock], arm[clock])
+    versus: dict[str, Any] = {
+        "mean_accuracy_difference": asdict(difference),
+        "mean_accuracy_test": paired,
+        "mean_accuracy_window": windows,
+        "mean_accuracy_difference_per_seed": differences,
+    }
+    if target is None:
+        return {**versus, **dict.fromkeys(SPEEDUP_KEYS)}
     accuracy = target.accuracy
     per_seed = {
         axis: [
             seed_speedup(time_to_target(*b, accuracy), time_to_target(*a, accuracy))
-            for b, a in zip(baseline[axis], arm[axis], strict=True)
+            for b, a in zip(baseline[axis], arm[axis], strict=False)
         ]
         for axis in ("seconds", "steps")
     }
-    windows, differences = window_differences(baseline[clock], arm[clock])
     by_target = []
     for other in targets:
         row = {"fraction": other.fraction, "accuracy": other.accuracy}
@@ -214,17 +233,31 @@ def arm_versus(
         by_target.append(row)
     primary = next(row for row in by_target if row["accuracy"] == accuracy)
     return {
+        **versus,
         "time_to_target": primary["time_to_target"],
         "steps_to_target": primary["steps_to_target"],
-        "mean_accuracy_difference": asdict(paired_difference(differences)),
+        "time_to_target_fit": asdict(fit_speedup(baseline["seconds"], arm["seconds"], accuracy)),
+        "steps_to_target_fit": asdict(fit_speedup(baseline["steps"], arm["steps"], accuracy)),
         "speedup_per_seed": [asdict(s) for s in per_seed["seconds"]],
         "steps_speedup_per_seed": [asdict(s) for s in per_seed["steps"]],
         "seed_verdicts": dict(Counter(s.verdict for s in per_seed["seconds"])),
         "by_target": by_target,
         "sign_across_targets": {key: _sign_across(by_target, key) for key in ("time_to_target", "steps_to_target")},
-        "mean_accuracy_window": windows,
-        "mean_accuracy_difference_per_seed": differences,
     }
+
+
+# What `arm_versus` leaves None without a target.
+SPEEDUP_KEYS = (
+    "time_to_target",
+    "steps_to_target",
+    "time_to_target_fit",
+    "steps_to_target_fit",
+    "speedup_per_seed",
+    "steps_speedup_per_seed",
+    "seed_verdicts",
+    "by_target",
+    "sign_across_targets",
+)
 
 
 def _sign_across(by_target: list[dict[str, Any]], key: str) -> str:
@@ -233,48 +266,96 @@ def _sign_across(by_target: list[dict[str, Any]], key: str) -> str:
     return directions.pop() if len(directions) == 1 and directions != {"tie"} else "changes"
 
 
+def figure_of(versus: dict[str, Any], measure: str) -> dict[str, Any] | None:
+    """The figure a measure's test gives: a speedup (`Speedup` as a dict) or the window-mean difference."""
+    return versus["mean_accuracy_difference" if measure == "mean_accuracy" else measure]
+
+
+def test_result(versus: dict[str, Any], measure: str) -> tuple[int, float | None]:
+    """(sign, p-value) of one measure's test: +1 when the arm is faster (higher), -1 slower (lower), 0 no lean; the
+    p-value None when it was not tested (no target, no spread)."""
+    figure = figure_of(versus, measure)
+    if figure is None:
+        return 0, None
+    if measure == "mean_accuracy":
+        return int(np.sign(figure["estimate"])), figure["p_value"]
+    return {"faster": 1, "slower": -1}.get(figure["direction"], 0), figure["p_value"]
+
+
 def decide(
-    versus: dict[str, dict[str, Any]], clock: str = "seconds"
+    versus: dict[str, dict[str, Any]],
+    clock: str = "seconds",
+    primary: str | None = None,
+    earlier: list[list[tuple[int, float | None]]] | None = None,
+    looks: list[int] | None = None,
+    max_seeds: int | None = None,
 ) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
-    """Verdicts of every arm against the baseline ({arm: {measure: word}}) after Holm's adjustment over the family
-    of every arm's measures under `clock` (`family_measures`; an untested one gets NOT_TESTED and no p-value), and
-    the family's description; the adjusted p-values are written into `versus`."""
+    """Verdicts of every arm against the baseline ({arm: {measure: word}}) and the family's description.
+
+    The family asks each question once: the `primary` measure of every arm (default: steps to target when clocked
+    by steps, else time to target), Holm-adjusted over the arms (`sequential.decide`: with `looks`, at every look of
+    a sequential design, `earlier` holding the primary (sign, p) of each arm at the looks before this one). A
+    primary verdict needs the adjusted test at s = 1 (or 0) at the level, its side the sign of the statistic there.
+    The other tested measures are secondary: their verdict is their own test at the level, unadjusted, and labelled
+    so. The roles, the adjusted p-values (primary only) and the verdicts are written into `versus`."""
+    primary = primary or default_primary(clock)
     tested = family_measures(clock)
-    members = [(name, measure) for name in versus for measure in tested]
-    p_values = [
-        versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]["p_value"]
-        for name, measure in members
-    ]
-    adjusted = holm(p_values)
-    verdicts: dict[str, dict[str, str]] = {name: {} for name in versus}
-    for name in versus:
+    names = list(versus)
+    current = [test_result(versus[name], primary) for name in names]
+    looks = looks or [len_seeds(versus)]
+    sequential = max_seeds is not None
+    results = [*(earlier or []), current]
+    decisions = sequential_decide(results, looks[: len(results)], max_seeds or looks[-1])
+    adjusted = holm([p for _, p in current])
+    verdicts: dict[str, dict[str, str]] = {name: {} for name in names}
+    for index, name in enumerate(names):
+        figure = versus[name]
+        roles, adjusted_p, words = {}, {}, {}
         for measure in MEASURES:
+            up, down = VERDICTS[measure]
             if measure not in tested:
-                versus[name].setdefault("adjusted_p_values", {})[measure] = None
-                verdicts[name][measure] = versus[name].setdefault("verdicts", {})[measure] = NOT_TESTED
-    for (name, measure), p_value in zip(members, adjusted, strict=True):
-        versus[name].setdefault("adjusted_p_values", {})[measure] = p_value
-        figure = versus[name]["mean_accuracy_difference" if measure == "mean_accuracy" else measure]
-        sign = figure["estimate"] if measure == "mean_accuracy" else _side(figure)
-        up, down = VERDICTS[measure]
-        resolved = p_value is not None and p_value <= ALPHA and sign != 0
-        verdicts[name][measure] = NOT_RESOLVED if not resolved else up if sign > 0 else down
-        versus[name].setdefault("verdicts", {})[measure] = verdicts[name][measure]
+                roles[measure], adjusted_p[measure], words[measure] = NOT_TESTED, None, NOT_TESTED
+                continue
+            sign, p_value = test_result(figure, measure)
+            if measure == primary:
+                roles[measure] = "primary"
+                adjusted_p[measure] = None if sequential else adjusted[index]
+                decision = decisions[index]
+                resolved = decision is not None
+                sign = decision[1] if decision is not None else sign
+            else:
+                roles[measure] = "secondary"
+                adjusted_p[measure] = None
+                resolved = p_value is not None and p_value <= ALPHA and sign != 0
+            words[measure] = NOT_RESOLVED if p_value is None or not resolved else up if sign > 0 else down
+        figure["roles"], figure["adjusted_p_values"], figure["verdicts"] = roles, adjusted_p, words
+        if sequential:
+            figure["resolved_at_look"] = None if decisions[index] is None else looks[decisions[index][0]]
+        verdicts[name] = words
     family = {
-        "tests": sum(p is not None for p in p_values),
-        "measures": list(tested),
-        "adjustment": "Holm",
+        "primary": primary,
+        "tests": sum(p is not None for _, p in current),
+        "measures": [primary],
+        "secondary": [measure for measure in tested if measure != primary],
+        "adjustment": f"Holm at each look, {SPENDING} alpha spending" if sequential else "Holm",
         "level": LEVEL,
-        "members": [f"{name}: {measure}" for name, measure in members],
+        "members": [f"{name}: {primary}" for name in names],
     }
+    if sequential:
+        family["looks"] = looks
+        family["max_seeds"] = max_seeds
+        family["levels"] = nominal_levels(looks, max_seeds)
     return verdicts, family
 
 
-def _side(figure: dict[str, Any]) -> int:
-    """`Speedup.side` of a speedup as comparison.json holds it: +1 (-1) when its interval lies above (below) 1."""
-    if figure["low"] is not None and figure["low"] > 1:
-        return 1
-    return -1 if figure["high"] is not None and figure["high"] < 1 else 0
+def default_primary(clock: str) -> str:
+    """The primary measure when the settings name none: steps to target when clocked by steps, else time."""
+    return "steps_to_target" if clock == "steps" else "time_to_target"
+
+
+def len_seeds(versus: dict[str, dict[str, Any]]) -> int:
+    """Seeds of the comparison (from any arm's window differences)."""
+    return max((len(figure["mean_accuracy_difference_per_seed"]) for figure in versus.values()), default=0)
 
 
 def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -313,7 +394,7 @@ def projections(
     base_machines = base.get("seconds_per_step_by_machine") or {}
     for arm in arms.values():
         versus = arm["vs_baseline"]
-        if versus is None:
+        if versus is None or versus["steps_to_target"] is None:
             continue
         generated, trained = arm["per_step"]["rollouts_generated"], arm["per_step"]["rollouts_trained"]
         arm_machines = arm.get("seconds_per_step_by_machine") or {}
@@ -388,8 +469,8 @@ def summarize(
     steps = {name: curves_of(runs, metric, CLOCK_AXES["steps"]) for name, runs in records.items()}
     clocked = seconds if clock == "seconds" else steps  # the axis of the budget, the window and the target's plateau
     baseline = settings.baseline
-    target = choose_target(settings, clocked.get(baseline))
-    targets = [] if target is None else reported_targets(settings, clocked[baseline], target)
+    target = choose_target(settings, clocked)
+    targets = [] if target is None else reported_targets(settings, clocked, target)
     if saved_steps is None:
         saved_steps = {name: step_measures(runs) for name, runs in records.items()}
     cost_model = saved_cost_model or CostModel.fit(
@@ -400,7 +481,7 @@ def summarize(
         n, m, rule = settings.arm_sizes(name)
         measured = saved_steps[name]
         versus = None
-        if target is not None and name != baseline:
+        if baseline in records and name != baseline:
             versus = arm_versus(
                 {"seconds": seconds[baseline], "steps": steps[baseline]},
                 {"seconds": seconds[name], "steps": steps[name]},
@@ -432,7 +513,8 @@ def summarize(
             "curve": band(clocked[name], CLOCK_AXES[clock]),
         }
     compared = {name: arm["vs_baseline"] for name, arm in arms.items() if arm["vs_baseline"] is not None}
-    verdicts, family = decide(compared, clock)
+    looks, earlier = _looks(settings, seconds, steps, planned_seeds)
+    verdicts, family = decide(compared, clock, settings.primary_measure, earlier, looks, _max_seeds(settings))
     cost_models = [*REFERENCE_COSTS, *StepCost.check_all(settings.cost_models or [], "cost_models")]
     if compared:
         projections(arms, baseline, cost_model, cost_models)
@@ -445,7 +527,9 @@ def summarize(
         "targets": [asdict(t) for t in targets],
         "method": {
             "speedup": SPEEDUP_METHOD,
-            "mean_accuracy": f"paired Student-t on the per-seed window-mean differences, {LEVEL:.0%} interval",
+            "speedup_fit": FIT_METHOD,
+            "mean_accuracy": f"paired Student-t on the per-seed window-mean differences, {LEVEL:.0%} interval "
+            "(Welch's t on each run's window mean where the arms' seed counts differ)",
             "family": family,
         },
         "verdicts": verdicts,
@@ -465,6 +549,48 @@ def summarize(
         + _warnings(settings, records, clocked, target, compared),
         "definitions": DEFINITIONS,
     }
+
+
+def _max_seeds(settings: CompareSettings) -> int | None:
+    return None if settings.sequential is None else settings.sequential["max_seeds"]
+
+
+def _looks(
+    settings: CompareSettings,
+    seconds: dict[str, list[Curve]],
+    steps: dict[str, list[Curve]],
+    planned_seeds: list[int] | None,
+) -> tuple[list[int], list[list[tuple[int, float | None]]]]:
+    """The looks of a sequential comparison that `settings.seeds` (the finished ones) reach, and each earlier look's
+    primary (sign, p-value) per arm, computed on its first seeds as the report at that look computed them; a
+    comparison of one look: ([its seeds], [])."""
+    seeds = len(settings.seeds)
+    if settings.sequential is None:
+        return [seeds], []
+    looks = [look for look in settings.planned_looks() if look <= seeds]
+    if not looks:
+        return [seeds], []
+    earlier = []
+    for look in looks[:-1]:
+        first = replace(settings, seeds=settings.seeds[:look])
+        at_look = {name: curves[:look] for name, curves in seconds.items()}
+        steps_at_look = {name: curves[:look] for name, curves in steps.items()}
+        clocked = at_look if settings.clock == "seconds" else steps_at_look
+        target = choose_target(first, clocked)
+        row = []
+        for name in seconds:
+            if name == settings.baseline:
+                continue
+            versus = arm_versus(
+                {"seconds": at_look[settings.baseline], "steps": steps_at_look[settings.baseline]},
+                {"seconds": at_look[name], "steps": steps_at_look[name]},
+                target,
+                [] if target is None else [target],
+                settings.clock,
+            )
+            row.append(test_result(versus, settings.primary_measure))
+        earlier.append(row)
+    return looks, earlier
 
 
 def _legacy_warnings(settings: CompareSettings) -> list[str]:
@@ -489,12 +615,14 @@ def ratio_text(value: float | None, *, low: bool = False) -> str:
     """'1.25'; '0' for a lower end at 0 (no bound); '∞' for an unbounded upper end; '-' for no estimate."""
     if value is None:
         return "-" if low else "∞"
-    return "0" if value == 0 else f"{value:.2f}"
+    if value == 0:
+        return "0"
+    return f"{value:.2f}" if 0.01 <= value < 1000 else f"{value:.2g}"
 
 
 def speedup_text(figure: dict[str, Any]) -> str:
     """'1.25x (95% interval 0.80-2.10x)'; the estimate '-' when the data bound it on one side only."""
-    estimate = "-" if figure["estimate"] is None else f"{figure['estimate']:.2f}x"
+    estimate = "-" if figure["estimate"] is None else f"{ratio_text(figure['estimate'])}x"
     if figure["low"] is None:
         return f"{estimate} (no {LEVEL:.0%} interval: every speedup is rejected)"
     return f"{estimate} ({LEVEL:.0%} interval {ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
@@ -518,31 +646,51 @@ def comparison_clock(comparison: dict[str, Any]) -> str:
     return comparison.get("clock", "seconds")
 
 
-def verdict_text(verdict: str, adjusted: float | None) -> str:
-    return verdict if verdict == NOT_TESTED else f"{verdict} (Holm p {p_text(adjusted)})"
+def verdict_text(versus: dict[str, Any], measure: str) -> str:
+    """A measure's verdict with what it rests on: 'faster (primary, Holm p 0.012)', 'not resolved (primary, at the
+    looks of 6 and 8 seeds)', 'higher (secondary, p 0.031 unadjusted)' or 'not tested'."""
+    word = versus["verdicts"][measure]
+    role = (versus.get("roles") or {}).get(measure, "primary")
+    if word == NOT_TESTED or role == NOT_TESTED:
+        return NOT_TESTED
+    if role == "secondary":
+        _, p_value = test_result(versus, measure)
+        return f"{word} (secondary, p {p_text(p_value)} unadjusted)"
+    if "resolved_at_look" in versus:
+        look = versus["resolved_at_look"]
+        where = "sequential: at no look" if look is None else f"at the look of {look} seeds"
+        return f"{word} (primary, {where})"
+    return f"{word} (primary, Holm p {p_text(versus['adjusted_p_values'][measure])})"
 
 
 def target_text(target: dict[str, Any] | Target, baseline: str) -> str:
-    """'75% of grpo's gain (42.5% -> 90.1%): 78.2%' or '78.2% (absolute)'."""
+    """'75% of grpo's gain (42.5% -> 90.1%): 78.2%', '75% of pods's gain from grpo's start (...)' (the baseline
+    gained nothing) or '78.2% (absolute)'."""
     target = target if isinstance(target, dict) else asdict(target)
     if target["fraction"] is None:
         return f"{100 * target['accuracy']:.1f}% (absolute)"
+    whose = f"{baseline}'s gain" if not target.get("of") else f"{target['of']}'s gain from {baseline}'s start"
     return (
-        f"{target['fraction']:.0%} of {baseline}'s gain ({100 * target['base']:.1f}% -> "
+        f"{target['fraction']:.0%} of {whose} ({100 * target['base']:.1f}% -> "
         f"{100 * target['plateau']:.1f}%): {100 * target['accuracy']:.1f}%"
     )
 
 
 def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, family: dict[str, Any]) -> list[str]:
     """One line per arm against the baseline: time and steps to target, whether the sign holds at every reported
-    target, the window mean, each with its verdict; then the family the verdicts are adjusted over."""
+    target, the curve fits' speedup, the window mean, each with its verdict; then the family."""
     lines = []
     for name, arm in arms.items():
         versus = arm["vs_baseline"]
         if versus is None:
             continue
-        adjusted = versus["adjusted_p_values"]
-        words = versus["verdicts"]
+        window = (
+            f"mean accuracy over the window{' of steps' if versus['verdicts']['time_to_target'] == NOT_TESTED else ''} "
+            f"{difference_text(versus['mean_accuracy_difference'])}: {verdict_text(versus, 'mean_accuracy')}"
+        )
+        if versus["time_to_target"] is None:
+            lines.append(f"{name} vs {baseline}: no target (no arm gained), no times to target; {window}")
+            continue
         time, steps = versus["time_to_target"], versus["steps_to_target"]
         seeds = time["seeds"]
         reached = (
@@ -551,40 +699,58 @@ def summary_lines(baseline: str, arms: dict[str, Any], target: Target | None, fa
         )
         signs = versus["sign_across_targets"]
         fractions = "/".join(f"{row['fraction']:.0%}" if row["fraction"] else "abs" for row in versus["by_target"])
-        lead = "steps_to_target" if words["time_to_target"] == NOT_TESTED else "time_to_target"
+        by_steps = versus["verdicts"]["time_to_target"] == NOT_TESTED
+        lead = "steps_to_target" if by_steps else "time_to_target"
         across = (
             f"{signs[lead]} at every target ({fractions} of the gain)"
             if signs[lead] != "changes"
             else f"its sign changes across the targets ({fractions} of the gain)"
         )
-        if lead == "steps_to_target":
+        fit = f"by curve fits {speedup_text(versus[lead + '_fit'])}"
+        if by_steps:
             lines.append(
                 f"{name} vs {baseline}: steps to target {speedup_text(steps)}, {reached}: "
-                f"{verdict_text(words['steps_to_target'], adjusted['steps_to_target'])}; {across}; mean accuracy "
-                f"over the window of steps {difference_text(versus['mean_accuracy_difference'])}: "
-                f"{verdict_text(words['mean_accuracy'], adjusted['mean_accuracy'])}; time to target in measured "
+                f"{verdict_text(versus, 'steps_to_target')}; {across}; {fit}; {window}; time to target in measured "
                 f"seconds {speedup_text(time)} (not tested: see the projections per machine)"
             )
             continue
         lines.append(
             f"{name} vs {baseline}: time to target {speedup_text(time)}, {reached}: "
-            f"{verdict_text(words['time_to_target'], adjusted['time_to_target'])}; {across}; in steps "
-            f"{speedup_text(steps)}: {verdict_text(words['steps_to_target'], adjusted['steps_to_target'])}; mean "
-            f"accuracy over the window {difference_text(versus['mean_accuracy_difference'])}: "
-            f"{verdict_text(words['mean_accuracy'], adjusted['mean_accuracy'])}"
+            f"{verdict_text(versus, 'time_to_target')}; {across}; {fit}; in steps {speedup_text(steps)}: "
+            f"{verdict_text(versus, 'steps_to_target')}; {window}"
         )
-    if lines and target is not None:
-        lines.append(
-            f"Target: {target_text(target, baseline)}. Verdicts at the {1 - LEVEL:.0%} level after Holm's adjustment "
-            f"over the family of {family['tests']} tests ({measures_text(family)} of each arm against {baseline}); "
-            f"the intervals are {LEVEL:.0%} per comparison, unadjusted."
-        )
+    if lines:
+        lines.append((f"Target: {target_text(target, baseline)}. " if target is not None else "") + family_text(family))
     return lines
 
 
-def measures_text(family: dict[str, Any]) -> str:
-    """ "time to target, steps to target and mean accuracy": the family's tested measures in words."""
-    names = [measure.replace("_", " ") for measure in family.get("measures", MEASURES)]
+def family_text(family: dict[str, Any]) -> str:
+    """The family in words: which question is primary, how it is adjusted, what is secondary."""
+    primary = family.get("primary") or family["measures"][0]
+    arms = len(family["members"])
+    if "looks" in family:
+        looks = ", ".join(map(str, family["looks"]))
+        adjustment = (
+            f"resolved at the first look whose test reaches the {family['adjustment']} boundary (looks at {looks} "
+            f"seeds of at most {family['max_seeds']}; error rate {1 - LEVEL:.0%} over all looks)"
+        )
+    else:
+        adjustment = f"at the {1 - LEVEL:.0%} level after Holm's adjustment over the {arms} arm(s)' primary tests"
+    secondary = family.get("secondary")
+    rest = (
+        f"; {_measure_names(secondary)} {'is' if len(secondary) == 1 else 'are'} secondary, each at {1 - LEVEL:.0%} "
+        "unadjusted"
+        if secondary
+        else ""
+    )
+    return (
+        f"Verdicts: one primary question per arm, {primary.replace('_', ' ')}, {adjustment}{rest}; the intervals are "
+        f"{LEVEL:.0%} per comparison, unadjusted."
+    )
+
+
+def _measure_names(measures: list[str]) -> str:
+    names = [measure.replace("_", " ") for measure in measures]
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
@@ -605,13 +771,20 @@ def _warnings(
         warnings.append(f"The baseline arm {settings.baseline!r} was not run: no target, times or speedups.")
     elif target is None:
         warnings.append(
-            f"The baseline {settings.baseline!r} gained nothing (its plateau, the mean curve over the last "
-            f"{PLATEAU_SHARE:.0%} of the window, is not above its start): no target, times or speedups."
+            f"Neither the baseline {settings.baseline!r} nor any other arm gained (each one's plateau, the mean curve "
+            f"over the last {PLATEAU_SHARE:.0%} of the window, is not above its start): no target, times or "
+            "speedups; the window means are compared."
+        )
+    elif target.of is not None:
+        warnings.append(
+            f"The baseline {settings.baseline!r} gained nothing (its plateau is not above its start): the target is "
+            f"{target.fraction:.0%} of {target.of}'s gain, from the baseline's start, and the baseline's runs that "
+            "never reach it rank after every run that did."
         )
     if target is not None:
         warnings += _target_warnings(settings, curves, target.accuracy)
     if compared:
-        warnings += resolvable_warnings(len(settings.seeds), len(compared), settings.clock)
+        warnings += resolvable_warnings(len(settings.seeds), len(compared), settings.clock, settings.primary_measure)
     warnings += _machine_warnings(settings, records)
     for index, seed in enumerate(settings.seeds):
         starts = {name: runs[index]["eval"][0][settings.metric] for name, runs in records.items()}
@@ -623,17 +796,20 @@ def _warnings(
     return warnings
 
 
-def resolvable_warnings(seeds: int, arms: int, clock: str = "seconds") -> list[str]:
-    """One line when `seeds` per arm cannot resolve a time or steps to target for any of `arms` arms against the
-    baseline, however large the difference: the permutation tests' p-values are discrete and Holm multiplies them."""
-    tests = arms * permutation_measures(clock)
-    least = least_adjusted_p_value(seeds, tests)
+def resolvable_warnings(seeds: int, arms: int, clock: str = "seconds", primary: str | None = None) -> list[str]:
+    """One line when `seeds` per arm cannot resolve the primary time or steps to target of any of `arms` arms against
+    the baseline, however large the difference: the permutation test's p-values are discrete and Holm multiplies
+    them by the arms."""
+    if (primary or default_primary(clock)) == "mean_accuracy":
+        return []
+    least = least_adjusted_p_value(seeds, arms)
     if least <= ALPHA:
         return []
     return [
-        f"With {seeds} seed(s) per arm and {arms} arm(s) against the baseline, the smallest p-value a time or steps "
-        f"to target can reach after Holm's adjustment over the family is {least:.3g}, above {ALPHA:g}: none can be "
-        f"resolved, however large; it takes at least {seeds_to_resolve(tests)} seeds per arm."
+        f"With {seeds} seed(s) per arm and {arms} arm(s) against the baseline, the smallest p-value the primary "
+        f"{(primary or default_primary(clock)).replace('_', ' ')} can reach after Holm's adjustment over the arms is "
+        f"{least:.3g}, above {ALPHA:g}: none can be resolved, however large; it takes at least "
+        f"{seeds_to_resolve(arms)} seeds per arm."
     ]
 
 

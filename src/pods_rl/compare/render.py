@@ -17,10 +17,10 @@ from pods_rl.compare.measures import (
     COUNTS,
     comparison_clock,
     difference_text,
-    measures_text,
-    p_text,
+    family_text,
     ratio_text,
     target_text,
+    verdict_text,
 )
 from pods_rl.compare.statistics import CLOCK_AXES
 from pods_rl.compare.tuning import tuning_machines
@@ -81,25 +81,27 @@ def seed_speedup_text(speedup: dict[str, Any]) -> str:
     return f"{estimate}{bounds}, {speedup['verdict']}"
 
 
-def _speedup_cell(figure: dict[str, Any]) -> str:
-    """'1.25x (0.80-2.10x)'."""
-    estimate = "-" if figure["estimate"] is None else f"{figure['estimate']:.2f}x"
+def _speedup_cell(figure: dict[str, Any] | None) -> str:
+    """'1.25x (0.80-2.10x)'; '-' without a target."""
+    if figure is None:
+        return "-"
+    estimate = "-" if figure["estimate"] is None else f"{ratio_text(figure['estimate'])}x"
     if figure["low"] is None:
         return f"{estimate} (none)"
     return f"{estimate} ({ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
 
 
-def _verdict_cell(versus: dict[str, Any], measure: str) -> str:
-    return f"{versus['verdicts'][measure]} (p {p_text(versus['adjusted_p_values'][measure])})"
-
-
-def _reached(figure: dict[str, Any]) -> str:
+def _reached(figure: dict[str, Any] | None) -> str:
+    if figure is None:
+        return "-"
     return f"{figure['reached']['arm']} / {figure['reached']['baseline']} of {figure['seeds']}"
 
 
 def _verdict_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
-    """Per arm: time to target, steps to target and window mean against the baseline, each with its verdict."""
+    """Per arm: time to target, steps to target (and the curve fits' speedup on the clock's axis) and window mean
+    against the baseline, each with its verdict."""
     rows = []
+    fit = "time_to_target_fit" if comparison_clock(comparison) == "seconds" else "steps_to_target_fit"
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
         if versus is None:
@@ -110,11 +112,12 @@ def _verdict_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
                 name,
                 _speedup_cell(time),
                 _reached(time),
-                _verdict_cell(versus, "time_to_target"),
+                verdict_text(versus, "time_to_target"),
                 _speedup_cell(steps),
-                _verdict_cell(versus, "steps_to_target"),
+                verdict_text(versus, "steps_to_target"),
+                _speedup_cell(versus.get(fit)),
                 difference_text(versus["mean_accuracy_difference"]),
-                _verdict_cell(versus, "mean_accuracy"),
+                verdict_text(versus, "mean_accuracy"),
             )
         )
     return rows
@@ -124,11 +127,12 @@ VERDICT_COLUMNS = (
     "arm",
     "time to target: speedup (95% interval)",
     "reached: arm / baseline",
-    "verdict (Holm p)",
+    "verdict",
     "steps to target: speedup (95% interval)",
-    "verdict (Holm p)",
+    "verdict",
+    "by curve fits (secondary)",
     "Δ window mean (95% interval)",
-    "verdict (Holm p)",
+    "verdict",
 )
 
 
@@ -143,7 +147,7 @@ def _target_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[tupl
     rows = []
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
-        if versus is None:
+        if versus is None or versus["by_target"] is None:
             continue
         for key, label in (("time_to_target", "time"), ("steps_to_target", "steps")):
             cells = [_speedup_cell(row[key]) for row in versus["by_target"]]
@@ -157,7 +161,7 @@ def _projection_rows(comparison: dict[str, Any]) -> tuple[tuple[str, ...], list[
     rows = []
     for name, arm in comparison["arms"].items():
         versus = arm["vs_baseline"]
-        if versus is None or "projections" not in versus:
+        if versus is None or not versus.get("projections"):
             continue
         names = names or list(versus["projections"])
         cells = []
@@ -181,9 +185,16 @@ def _per_seed_rows(comparison: dict[str, Any]) -> list[tuple[str, ...]]:
         for index, seed in enumerate(seeds):
             hit = "-" if arm["time_to_target"] is None else time_text(arm["time_to_target"][index])
             steps = "-" if arm["steps_to_target"] is None else time_text(arm["steps_to_target"][index])
-            speedup = "baseline" if versus is None else seed_speedup_text(versus[per_seed][index])
+            speedup = (
+                "baseline"
+                if versus is None
+                else "-"
+                if versus[per_seed] is None or index >= len(versus[per_seed])
+                else seed_speedup_text(versus[per_seed][index])
+            )
+            paired = versus["mean_accuracy_difference_per_seed"] if versus is not None else []
             difference = (
-                "baseline" if versus is None else f"{100 * versus['mean_accuracy_difference_per_seed'][index]:+.1f}"
+                "baseline" if versus is None else "-" if index >= len(paired) else f"{100 * paired[index]:+.1f}"
             )
             rows.append(
                 (
@@ -252,7 +263,7 @@ def _markdown_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> st
 
 def _comparison_sections(comparison: dict[str, Any]) -> str:
     """Verdicts, speedups at every target and projections: empty without a target."""
-    if comparison["target"] is None or not _verdict_rows(comparison):
+    if not _verdict_rows(comparison):
         return ""
     method, family = comparison["method"], comparison["method"]["family"]
     target_columns, target_rows = _target_rows(comparison)
@@ -274,15 +285,28 @@ def _comparison_sections(comparison: dict[str, Any]) -> str:
         else " Clocked by steps: the time to target (seconds of whichever machines ran each run) is reported, not "
         "tested; the projections below give it per machine."
     )
-    return f"""## Verdicts against `{comparison["target"]["baseline"]}`
+    fit = f" By curve fits (reported, not a verdict): {method['speedup_fit']}." if "speedup_fit" in method else ""
+    return f"""## Verdicts against `{comparison["settings"]["baseline"]}`
 
-Speedup: {method["speedup"]}. Window mean: {method["mean_accuracy"]}. Verdicts after Holm's adjustment over the
-{family["tests"]} tests of the family (each arm's {measures_text(family)}); every interval is 95% for its own
-comparison.{untested}
+Speedup: {method["speedup"]}.{fit} Window mean: {method["mean_accuracy"]}. {family_text(family)}{untested}
 
 {_markdown_table(VERDICT_COLUMNS, _verdict_rows(comparison))}
 
-## Speedup at every target
+{_speedup_sections(comparison, target_columns, target_rows, projection_columns, projection_rows, references)}"""
+
+
+def _speedup_sections(
+    comparison: dict[str, Any],
+    target_columns: tuple[str, ...],
+    target_rows: list[tuple[str, ...]],
+    projection_columns: tuple[str, ...],
+    projection_rows: list[tuple[str, ...]],
+    references: str,
+) -> str:
+    """The speedups at every target and their projections: empty without a target."""
+    if comparison["target"] is None:
+        return ""
+    return f"""## Speedup at every target
 
 The same tests at each fraction of the baseline's gain (seconds, then optimizer steps; estimate and 95% interval),
 and whether the test leans the same way at every one.

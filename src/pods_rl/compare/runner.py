@@ -9,7 +9,6 @@ seed with the arms interleaved; `--resume` keeps the runs that finished. The set
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -35,12 +34,13 @@ from pods_rl.compare.layout import (
     tuning_records,
     tuning_runs,
 )
-from pods_rl.compare.measures import STEP_MEASURES, resolvable_warnings, summarize
+from pods_rl.compare.measures import NOT_RESOLVED, STEP_MEASURES, resolvable_warnings, summarize
 from pods_rl.compare.render import results_tables, rule_text, write_comparison
 from pods_rl.compare.settings import COMPARE_FILE, CompareSettings, load_compare
 from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings
 from pods_rl.console import make_console
 from pods_rl.run.folders import CONFIG_FILE, SUMMARY_FILE, check_model_name, check_output_dir, replace_output_dir
+from pods_rl.run.lock import FolderLock
 from pods_rl.run.settings import RunSettings, changed_values, read_yaml
 
 
@@ -64,66 +64,28 @@ LOCK_FILE = "compare.lock"  # {"pid": the `pods compare` process, "child": its `
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _alive(pid: int | None) -> bool:
-    """Whether another process with this id exists."""
-    if not pid or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class ComparisonLock:
+class ComparisonLock(FolderLock):
     """A comparison folder's lock: which process trains it (and which `pods train` run it has started), so that no
     second process trains the same folder. A lock whose processes are all gone is stale and taken over."""
 
+    pid_fields = ("pid", "child")
+
     def __init__(self, output_dir: Path):
-        self.path = Path(output_dir) / LOCK_FILE
-        self.held = False
-        self.started = time.strftime("%Y-%m-%d %H:%M:%S")
-
-    def holder(self) -> dict[str, Any] | None:
-        """The lock's record while one of its processes is alive, else None."""
-        try:
-            record = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        return record if _alive(record.get("pid")) or _alive(record.get("child")) else None
-
-    def check(self, option: str) -> None:
-        """Raise ValueError (one line) when another live process trains this folder."""
-        record = self.holder()
-        if record is None:
-            return
-        running = f"process {record['pid']}"
-        if record.get("child"):
-            running += f", whose `pods train` (process {record['child']}) trains {record['run']}"
-        raise ValueError(
-            f"{option} {self.path.parent}: another comparison is training this folder ({running}, since "
-            f"{record['started']}); stop it first, or remove {self.path} if no such process runs."
-        )
-
-    def acquire(self) -> None:
-        self._write(child=None, run=None)
-        self.held = True
+        super().__init__(output_dir, LOCK_FILE)
+        self.record.update(child=None, run=None)
 
     def running(self, child: int, run_dir: Path) -> None:
         """Record the `pods train` process now training `run_dir`."""
-        if self.held:
-            self._write(child=child, run=str(run_dir))
+        self.update(child=child, run=str(run_dir))
 
-    def release(self) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
-
-    def _write(self, *, child: int | None, run: str | None) -> None:
-        record = {"pid": os.getpid(), "child": child, "run": run, "started": self.started}
-        self.path.write_text(json.dumps(record))
+    def busy_message(self, option: str, record: dict[str, Any]) -> str:
+        running = f"process {record.get('pid', '?')}"
+        if record.get("child"):
+            running += f", whose `pods train` (process {record['child']}) trains {record.get('run')}"
+        return (
+            f"{option} {self.path.parent}: another comparison is training this folder ({running}, since "
+            f"{record.get('started', '?')}); stop it first, or remove {self.path} if no such process runs."
+        )
 
 
 def plan_table(settings: CompareSettings) -> Table:
@@ -194,7 +156,7 @@ def run_comparison(
 
         load_run_task(settings.arm_settings(next(iter(settings.arms)), settings.seeds[0]))  # its data can be read
         replace_output_dir(output_dir, replace=replace)  # every check passed: only now is a folder replaced
-    lock.acquire()
+    lock.acquire("--resume" if resume else "--output-dir")
     try:
         return _run_comparison(settings, output_dir, lock, console)
     finally:
@@ -221,15 +183,42 @@ def _run_comparison(
         learning_rates = choose_learning_rates(settings, tuning_records(settings, tuning))
         for warning in tuning_warnings(learning_rates):  # before hours of reported runs at these rates
             console.print(f"[bold yellow]warning:[/] {warning}")
-    _train_runs(
-        {
-            reported_label(name, seed): (run_dir, planned)
-            for (name, seed), (run_dir, planned) in _planned_reported_runs(settings, output_dir, learning_rates).items()
-        },
-        console,
-        lock,
-    )
-    return _write_report(settings, output_dir, learning_rates, settings.seeds, console)
+    while True:
+        _train_runs(
+            {
+                reported_label(name, seed): (run_dir, planned)
+                for (name, seed), (run_dir, planned) in _planned_reported_runs(
+                    settings, output_dir, learning_rates
+                ).items()
+            },
+            console,
+            lock,
+        )
+        comparison = _write_report(settings, output_dir, learning_rates, settings.seeds, console)
+        added = seeds_to_add(settings, comparison)
+        if not added:
+            return comparison
+        open_arms = [
+            name for name, words in comparison["verdicts"].items() if words[settings.primary_measure] == NOT_RESOLVED
+        ]
+        console.print(
+            f"look at {len(settings.seeds)} seeds: {', '.join(open_arms)} not resolved; adding seed(s) "
+            f"{', '.join(map(str, added))} (at most {settings.sequential['max_seeds']} seeds per arm)",
+            highlight=False,
+        )
+        settings = replace(settings, seeds=[*settings.seeds, *added])
+        (output_dir / COMPARE_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+
+
+def seeds_to_add(settings: CompareSettings, comparison: dict[str, Any]) -> list[int]:
+    """The seeds a sequential comparison adds after this report: up to its next look, while some arm's primary
+    verdict is not resolved and fewer than max_seeds ran; none otherwise (a comparison of one look: none)."""
+    if settings.sequential is None:
+        return []
+    if all(words[settings.primary_measure] != NOT_RESOLVED for words in comparison["verdicts"].values()):
+        return []
+    later = [look for look in settings.planned_looks() if look > len(settings.seeds)]
+    return settings.next_seeds(later[0] - len(settings.seeds)) if later else []
 
 
 def report_comparison(output_dir: Path, console: Console | None = None) -> dict[str, Any]:

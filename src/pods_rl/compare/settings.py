@@ -8,7 +8,7 @@ rows (m = n for the GRPO arms), split over `gradient_accumulation_steps` micro-b
 from __future__ import annotations
 
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,15 @@ class CompareSettings:
     # Step costs to project the steps to target onto (pods_rl.compare.cost_model.StepCost fields), besides the
     # built-in references; they change no run, so --resume may change them.
     cost_models: list[dict[str, Any]] | None = None
+    # The one question each arm's verdict answers (Holm over the arms): steps_to_target, time_to_target (a comparison
+    # clocked by seconds only) or mean_accuracy; null: steps to target when clocked by steps, else time to target.
+    primary: str | None = None
+    # Seeds added in batches until every primary verdict is resolved (`pods compare --until-resolved`):
+    # {first: seeds at the first look, batch: seeds added at each look, max_seeds: the most}; null: one look.
+    sequential: dict[str, int] | None = None
+    # The learning curve the plan's power is simulated with, {base, plateau, spread} (accuracy before training, its
+    # plateau, the spread of log time constants over seeds); null: `compare.power.DEFAULT_CURVE`. Changes no run.
+    power_curve: dict[str, float] | None = None
     # Not settings: whether the arms are checked against this environment (vLLM installed, the process count,
     # TRL's config; a folder that is only read, by --report or --status, needs neither, nor TRL), and the target of a
     # folder started before `target_gain` (a fraction of the baseline's peak), which its report names.
@@ -161,6 +170,9 @@ class CompareSettings:
             raise ValueError(f"{where}: arms must be a non-empty mapping of arm name to settings.")
         self._check_tuning(where)
         self._check_clock(where)
+        self._check_primary(where)
+        self._check_sequential(where)
+        self._check_power_curve(where)
         for name, arm in self.arms.items():
             if not isinstance(arm, dict):
                 raise ValueError(f"{where}: arm {name!r} must be a mapping, got {arm!r}.")
@@ -191,6 +203,67 @@ class CompareSettings:
                 f"{where}: arm(s) {tuned} set trainer.learning_rate; with lr_grid every arm's rate is "
                 "chosen from the grid."
             )
+
+    @property
+    def primary_measure(self) -> str:
+        """The measure each arm's verdict answers (`primary`, or the clock's default)."""
+        if self.primary is not None:
+            return self.primary
+        return "steps_to_target" if self.clock == "steps" else "time_to_target"
+
+    def _check_primary(self, where: str) -> None:
+        allowed = PRIMARY_MEASURES if self.clock == "seconds" else ("steps_to_target", "mean_accuracy")
+        if self.primary is not None and self.primary not in allowed:
+            clocked = "" if self.clock == "seconds" else " (clocked by steps: seconds mix machines and are not tested)"
+            raise ValueError(f"{where}: primary must be one of {list(allowed)} or null{clocked}, got {self.primary!r}.")
+
+    def _check_sequential(self, where: str) -> None:
+        plan = self.sequential
+        if plan is None:
+            return
+        keys = {"first", "batch", "max_seeds"}
+        if not isinstance(plan, dict) or set(plan) != keys or not all(_positive_int(plan[k]) for k in keys):
+            raise ValueError(
+                f"{where}: sequential must be null or {{first: F, batch: B, max_seeds: K}} with positive integers, "
+                f"got {plan!r}."
+            )
+        if not plan["first"] <= plan["max_seeds"] or len(self.seeds) > plan["max_seeds"]:
+            raise ValueError(
+                f"{where}: sequential: the first look's {plan['first']} seeds and the {len(self.seeds)} seeds so far "
+                f"must not exceed max_seeds {plan['max_seeds']}."
+            )
+
+    def _check_power_curve(self, where: str) -> None:
+        curve = self.power_curve
+        if curve is None:
+            return
+        numbers = isinstance(curve, dict) and all(
+            isinstance(curve.get(key, 0.5), (int, float)) and not isinstance(curve.get(key), bool)
+            for key in ("base", "plateau", "spread")
+        )
+        if not numbers or set(curve) - {"base", "plateau", "spread"}:
+            raise ValueError(f"{where}: power_curve must be null or {{base, plateau, spread}} numbers, got {curve!r}.")
+        base, plateau = curve.get("base", 0.4), curve.get("plateau", 0.8)
+        if not 0 <= base < plateau <= 1 or curve.get("spread", 0.35) < 0:
+            raise ValueError(f"{where}: power_curve needs 0 <= base < plateau <= 1 and spread >= 0, got {curve!r}.")
+
+    def planned_looks(self) -> list[int]:
+        """Seeds per arm at each look: one look at the seeds, or the sequential plan's."""
+        if self.sequential is None:
+            return [len(self.seeds)]
+        from pods_rl.compare.sequential import planned_looks
+
+        plan = self.sequential
+        return planned_looks(plan["first"], plan["batch"], plan["max_seeds"])
+
+    def next_seeds(self, count: int) -> list[int]:
+        """`count` seeds to add: the smallest non-negative integers that are neither seeds nor tuning seeds."""
+        taken, added, candidate = {*self.seeds, *(self.tuning_seeds or [])}, [], 0
+        while len(added) < count:
+            if candidate not in taken:
+                added.append(candidate)
+            candidate += 1
+        return added
 
     @property
     def clock(self) -> str:
@@ -248,6 +321,13 @@ class CompareSettings:
 NOT_SETTINGS = ("base", "environment_checks", "legacy_target")  # CompareSettings fields compare.yaml does not hold
 
 
+PRIMARY_MEASURES = ("steps_to_target", "time_to_target", "mean_accuracy")
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _fraction(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
 
@@ -296,8 +376,24 @@ def default_compare_dir(settings: CompareSettings) -> Path:
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-compare-{settings.base['task']}-{model}".replace(":", "_")
 
 
+SEED_BATCH = 2  # seeds a sequential comparison adds at each look, unless --seed-batch says
+
+
+def with_sequential_plan(settings: CompareSettings, max_seeds: int | None, batch: int | None) -> CompareSettings:
+    """`settings` made sequential (`pods compare --until-resolved`): the first look at its seeds, then `batch` more
+    at each look (default SEED_BATCH), up to `max_seeds` (default twice the seeds)."""
+    plan = {
+        "first": len(settings.seeds),
+        "batch": SEED_BATCH if batch is None else batch,
+        "max_seeds": 2 * len(settings.seeds) if max_seeds is None else max_seeds,
+    }
+    sequential = replace(settings, sequential=plan)
+    sequential.check("--until-resolved")
+    return sequential
+
+
 GROWABLE = ("lr_grid", "tuning_seeds", "seeds")
-FREE_ON_RESUME = ("cost_models",)  # change no run
+FREE_ON_RESUME = ("cost_models", "power_curve")  # change no run
 
 
 def extend_on_resume(
@@ -319,6 +415,8 @@ def extend_on_resume(
         if key.split(".")[0] not in FREE_ON_RESUME
         and (key not in GROWABLE or not isinstance(old, list) or not set(old) <= set(new or []))
     ]
+    if saved.sequential is not None and "seeds" in changes:
+        refused.append("seeds (a sequential comparison adds its own seeds at its looks)")
     if refused:
         raise ValueError(
             f"{where}: cannot change {', '.join(refused)}: a resumed comparison keeps its settings; it may only add "

@@ -8,25 +8,30 @@ mean and the per-seed table; the speedup compares the two arms' seeds as two sam
 - Target: `base + fraction x (plateau - base)`, a fraction of the baseline's gain. Its base is the mean over seeds
   of the first evaluation (before training); its plateau the mean over seeds of each curve's mean accuracy over the
   last quarter of the window (up to the end of the shortest baseline run). Both are means of many evaluations, so
-  no single noisy evaluation sets the target (the highest evaluation of each seed did, before).
+  no single noisy evaluation sets the target (the highest evaluation of each seed did, before). Where the baseline
+  gained nothing (flat, or it degraded), the same fraction of the largest gain among the other arms, from the
+  baseline's start (`comparison_target`).
 - Time to target of one run: the bracket [last evaluation below the target, first at or above it] and the
   linearly interpolated crossing inside it; a run that never reaches the target is censored at its last
   evaluation (it needed more than that).
 - Speedup (`SPEEDUP_METHOD`): the factor s by which the arm's times to target, multiplied by s, match the
   baseline's. For each candidate s, the arm's evaluation times are multiplied by s; whichever arm's evaluations
-  are denser in that time is thinned to the nearest of the other's spacing, by at most a factor THIN_AT_MOST (so
-  that both are read at the same resolution and evaluation noise makes neither cross early more often); every run
-  is censored at the common horizon (the shorter of the baseline's and the scaled arm's runs); and a Gehan
-  two-sample statistic (every arm run against every baseline run: +1 when the arm's crossing is earlier, -1 when
-  later, 0 for ties or two runs censored) is referred to its exact permutation distribution over all splits of the
-  runs into two groups. The interval is every s the test does not reject at the 5% level; the estimate is where
-  the statistic changes sign (nearest to 1, on the side the test leans to there); the p-value is the test at
-  s = 1. Censored runs rank after every run that reached the target and tie with each other: a seed where neither
-  arm reached the target counts for neither. Its coverage is checked by simulation (`pods_rl.compare.simulation`,
-  benchmarks/compare_coverage.py).
+  are denser in that time by more than THIN_ABOVE is thinned to the nearest of the other's spacing, by at most a
+  factor THIN_AT_MOST (so that both are read at the same resolution and evaluation noise makes neither cross early
+  more often), never at s = 1; every run is censored at the common horizon (the shorter of the baseline's and the
+  scaled arm's runs); and a Gehan two-sample statistic (every arm run against every baseline run: +1 when the arm's
+  crossing is earlier, -1 when later, 0 for ties or two runs censored) is referred to its exact permutation
+  distribution over all splits of the runs into two groups. The p-value is the test at s = 1, exactly the plain
+  test on every evaluation, and a verdict's side is the sign of its statistic there. The speedups the test does
+  not reject at the 5% level need not form one interval (thinning and the horizon make the p-value jump with s):
+  all of them are kept (`Speedup.accepted`), and the interval reported is the piece that holds the estimate, which
+  is where the statistic changes sign (nearest to 1, on the side the test leans to there). Censored runs rank
+  after every run that reached the target and tie with each other: a seed where neither arm reached the target
+  counts for neither. Its coverage is checked by simulation (`pods_rl.compare.simulation`,
+  benchmarks/compare_coverage.py); `pods_rl.compare.curve_fit` reads a speedup from every evaluation instead.
 - Mean accuracy over the window: the area under the linearly interpolated curve from the first evaluation to the
   end of the shorter run of the pair, divided by the window's length; the paired difference has a Student-t
-  interval and p-value.
+  interval and p-value (`window_difference`: Welch's t on each run's mean where the seed counts differ).
 - Several comparisons: `holm` adjusts their p-values (Holm-Bonferroni); a verdict is drawn from the adjusted one.
   The permutation test's p-values are discrete (`least_p_value`), so few seeds cannot resolve a time to target
   however large the speedup; `seeds_to_resolve` says how many can, given the family's size.
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -56,11 +61,17 @@ BISECTIONS = 5  # halvings of a SCAN_STEP bracket: an interval end to 0.3%
 # The denser grid is thinned by at most this factor: far from the truth the test rejects without it, and a grid thinned
 # further keeps little more than a run's start and end, which say nothing about a curve that rises and falls.
 THIN_AT_MOST = 4.0
+# ...and only where it is denser by more than this factor, and never at s = 1: the arms of a comparison share one grid,
+# so the test at s = 1 (the p-value and the direction of the verdict) is the plain test on every evaluation, and grids
+# whose spacings differ by a step's delay are not thinned near it.
+THIN_ABOVE = 1.25
 
 SPEEDUP_METHOD = (
     "two-sample permutation test of a time-scale factor s (Gehan statistic on the interpolated crossings, every run "
-    "censored at the common horizon, the denser evaluation grid thinned to the other's spacing in scaled time, at "
-    f"most {THIN_AT_MOST:g}x), inverted for a {LEVEL:.0%} interval; the estimate is where the statistic changes sign"
+    "censored at the common horizon, an evaluation grid denser by more than "
+    f"{THIN_ABOVE:g}x thinned to the other's spacing in scaled time, at most {THIN_AT_MOST:g}x, never at s = 1), "
+    f"inverted for a {LEVEL:.0%} interval (the piece of the accepted speedups that holds the estimate); the "
+    "estimate is where the statistic changes sign; a verdict is the test at s = 1 and the sign of its statistic"
 )
 
 Curve = tuple[Sequence[float], Sequence[float]]  # one run's evaluations: (seconds or steps, accuracies)
@@ -89,23 +100,47 @@ def mean_accuracy(times: Sequence[float], values: Sequence[float], end: float, s
 
 @dataclass(frozen=True)
 class Target:
-    """A target accuracy: `fraction` of the baseline's gain from `base` to `plateau` (None for an absolute one)."""
+    """A target accuracy: `fraction` of a gain from `base` to `plateau` (None for an absolute one); the gain is the
+    baseline's, or, where the baseline gained nothing, the arm's named by `of`."""
 
     accuracy: float
     fraction: float | None
     base: float | None
     plateau: float | None
+    of: str | None = None  # whose gain, when not the baseline's
 
 
 def gain_target(baseline: Sequence[Curve], fraction: float) -> Target | None:
     """`fraction` of the baseline's gain; None when the baseline gained nothing (its plateau is not above its base)."""
-    end = min(times[-1] for times, _ in baseline)
-    start = (1 - PLATEAU_SHARE) * end
-    base = float(np.mean([values[0] for _, values in baseline]))
-    plateau = float(np.mean([mean_accuracy(times, values, end, start) for times, values in baseline]))
+    base, plateau = _start_and_plateau(baseline)
     if plateau <= base:
         return None
     return Target(base + fraction * (plateau - base), fraction, base, plateau)
+
+
+def _start_and_plateau(curves: Sequence[Curve]) -> tuple[float, float]:
+    """The mean first evaluation and the mean over runs of each curve's mean over the last PLATEAU_SHARE of the
+    window (up to the end of the shortest run)."""
+    end = min(times[-1] for times, _ in curves)
+    start = (1 - PLATEAU_SHARE) * end
+    base = float(np.mean([values[0] for _, values in curves]))
+    plateau = float(np.mean([mean_accuracy(times, values, end, start) for times, values in curves]))
+    return base, plateau
+
+
+def comparison_target(baseline: Sequence[Curve], arms: dict[str, Sequence[Curve]], fraction: float) -> Target | None:
+    """`fraction` of the baseline's gain; where the baseline gained nothing (it stayed flat or degraded), `fraction`
+    of the largest gain among the other arms, from the baseline's start, so that an arm that learned is still timed
+    (the baseline then never reaches the target, and the speedups are open above). None when no arm gained."""
+    target = gain_target(baseline, fraction)
+    if target is not None:
+        return target
+    base = _start_and_plateau(baseline)[0]
+    plateaus = {name: _start_and_plateau(curves)[1] for name, curves in arms.items() if len(curves)}
+    best = max(plateaus, key=plateaus.__getitem__, default=None)
+    if best is None or plateaus[best] <= base:
+        return None
+    return Target(base + fraction * (plateaus[best] - base), fraction, base, plateaus[best], of=best)
 
 
 @dataclass(frozen=True)
@@ -298,7 +333,7 @@ class _ScaleTest:
         ):
             scaled = factors[:, None, None] * times[None]
             keep = np.broadcast_to(np.isfinite(times), scaled.shape).copy()
-            thin = (reference > own * (1 + 1e-9)) & (reference > 0)
+            thin = (reference > own * THIN_ABOVE) & (reference > 0) & (scales != 1.0)
             if thin.any() and times.shape[1] > 1:
                 spacing = np.minimum(reference[thin], THIN_AT_MOST * own[thin])
                 keep[thin] = _thinned(scaled[thin], lengths, spacing)
@@ -334,32 +369,56 @@ class Speedup:
     """A speedup over seeds (the baseline's times to target over the arm's), by `SPEEDUP_METHOD`."""
 
     estimate: float | None  # None when the data bound it only on one side (e.g. every run of one arm censored)
-    low: float | None  # of the 95% interval; 0.0: no lower bound
+    low: float | None  # of the 95% interval (the accepted piece holding the estimate); 0.0: no lower bound
     high: float | None  # None: unbounded
     p_value: float  # of 'no speedup' (s = 1)
     direction: str  # "faster", "slower" or "tie": the sign of the statistic at s = 1
     reached: dict[str, int]  # runs that reached the target, per arm ("arm", "baseline")
     seeds: int
     least_p_value: float  # the smallest p-value this many runs can give (under ALPHA: a difference is resolvable)
+    # Every speedup the test does not reject, as pieces [low, high] (low 0.0 / high None: open at that end of the
+    # scanned range), to the scan's resolution; the interval is the piece that holds the estimate.
+    accepted: tuple[tuple[float, float | None], ...] = ()
 
     @property
-    def side(self) -> int:
-        """+1 when the whole interval lies above 1 (the arm faster), -1 below, else 0. The test rejecting s = 1 is not
-        enough: where the accepted speedups lie on both sides of 1 the interval spans it, and no side is claimed."""
-        if self.low is not None and self.low > 1:
-            return 1
-        return -1 if self.high is not None and self.high < 1 else 0
+    def sign(self) -> int:
+        """+1 when the statistic at s = 1 says the arm is faster, -1 slower, 0 a tie: the side of a verdict, which
+        the test at s = 1 resolves (its p-value at most the level). The interval then excludes 1 as well."""
+        return {"faster": 1, "slower": -1}.get(self.direction, 0)
 
 
 def speedup_test(baseline: Sequence[Curve], arm: Sequence[Curve], target: float) -> Speedup:
     """The speedup of `arm` over `baseline` in reaching `target` (module docstring; `SPEEDUP_METHOD`).
 
-    The test is scanned over speedups SCAN_STEP apart within SEARCH, and each end of the interval refined by
-    bisection. The estimate is where the statistic changes sign, nearest to 1 on the side it leans to at 1 (so it is
-    above 1 exactly when the arm leans faster), refined by bisection; a run of speedups where the statistic is 0
-    gives its geometric middle.
+    The test is scanned over speedups SCAN_STEP apart within SEARCH, and the ends of every accepted piece refined
+    by bisection. The estimate is where the statistic changes sign, nearest to 1 on the side it leans to at 1 (so it
+    is above 1 exactly when the arm leans faster), refined by bisection; a run of speedups where the statistic is 0
+    gives its geometric middle. The accepted speedups need not be one interval (thinning and the horizon that
+    shrinks with s make the p-value jump): the interval reported is the piece holding the estimate (without an
+    estimate, the piece at the end of the range the statistic leans to), and every piece is kept in `accepted`.
     """
     test = _ScaleTest(baseline, arm, target)
+    reached = {
+        "arm": sum(not time_to_target(*curve, target).censored for curve in arm),
+        "baseline": sum(not time_to_target(*curve, target).censored for curve in baseline),
+    }
+    least = least_p_value(len(baseline)) if len(baseline) == len(arm) else float(2 / len(test.splits))
+    return invert_scale_test(test, reached, len(baseline), least)
+
+
+ScaleTest = Callable[[Sequence[float]], tuple[np.ndarray, np.ndarray]]  # scales -> (statistics, p-values)
+
+
+def p_at_one(baseline: Sequence[Curve], arm: Sequence[Curve], target: float) -> tuple[int, float]:
+    """(sign, p-value) of `speedup_test` at s = 1 alone (+1: the arm leans faster): what a verdict needs."""
+    statistics, p_values = _ScaleTest(baseline, arm, target)([1.0])
+    return int(np.sign(statistics[0])), float(p_values[0])
+
+
+def invert_scale_test(test: ScaleTest, reached: dict[str, int], seeds: int, least: float) -> Speedup:
+    """A `Speedup` from a test of 'the arm's times x s match the baseline's' at any s (a statistic > 0: the scaled
+    arm is sooner): scanned SCAN_STEP apart within SEARCH, the p-value and direction at s = 1, the estimate where
+    the statistic changes sign, the accepted pieces refined by bisection (`speedup_test`)."""
     exponents = np.arange(
         math.floor(math.log(SEARCH[0], SCAN_STEP)), math.ceil(math.log(SEARCH[1], SCAN_STEP)) + 1, dtype=float
     )
@@ -367,28 +426,66 @@ def speedup_test(baseline: Sequence[Curve], arm: Sequence[Curve], target: float)
     statistics, p_values = test(scales)
     one = int(np.argmin(np.abs(exponents)))
     statistic, p_value = float(statistics[one]), float(p_values[one])
-    reached = {
-        "arm": sum(not time_to_target(*curve, target).censored for curve in arm),
-        "baseline": sum(not time_to_target(*curve, target).censored for curve in baseline),
-    }
-    least = least_p_value(len(baseline)) if len(baseline) == len(arm) else float(2 / len(test.splits))
     direction = "faster" if statistic > 0 else "slower" if statistic < 0 else "tie"
     estimate = _sign_change(test, scales, statistics, one)
-    accepted = np.nonzero(p_values > ALPHA)[0]
-    if len(accepted) == 0:  # every scanned speedup rejected: the arm is beyond one end of the range
+    runs = _accepted_runs(p_values > ALPHA)
+    if not runs:  # every scanned speedup rejected: the arm is beyond one end of the range
         low, high = (0.0, SEARCH[0]) if statistics.max() < 0 else (SEARCH[1], None)
-        return Speedup(estimate, low, high, p_value, direction, reached, len(baseline), least)
+        return Speedup(estimate, low, high, p_value, direction, reached, seeds, least, ((low, high),))
 
     def inside(scale: float) -> bool:
         return bool(test([scale])[1][0] > ALPHA)
 
-    first, last = accepted[0], accepted[-1]
-    low = 0.0 if first == 0 else _boundary(inside, scales[first], scales[first - 1])
-    high = None if last == len(scales) - 1 else _boundary(inside, scales[last], scales[last + 1])
-    return Speedup(estimate, low, high, p_value, direction, reached, len(baseline), least)
+    pieces = []
+    for first, last in runs:
+        low = 0.0 if first == 0 else _boundary(inside, scales[first], scales[first - 1])
+        high = None if last == len(scales) - 1 else _boundary(inside, scales[last], scales[last + 1])
+        pieces.append((low, high))
+    if estimate is not None and not any(_within(estimate, piece) for piece in pieces) and inside(estimate):
+        # The estimate is accepted between two rejected scanned speedups: its own piece, refined both ways.
+        after = int(np.searchsorted(scales, estimate))
+        piece = (_boundary(inside, estimate, scales[after - 1]), _boundary(inside, estimate, scales[after]))
+        pieces = sorted([*pieces, piece], key=lambda item: item[0])
+    chosen = next((piece for piece in pieces if estimate is not None and _within(estimate, piece)), None)
+    if chosen is None:
+        chosen = pieces[_holding(runs, scales, estimate, int(np.sign(statistic)))]
+    return Speedup(estimate, *chosen, p_value, direction, reached, seeds, least, tuple(pieces))
 
 
-def _sign_change(test: _ScaleTest, scales: np.ndarray, statistics: np.ndarray, one: int) -> float | None:
+def _within(value: float, piece: tuple[float, float | None]) -> bool:
+    return piece[0] <= value <= (math.inf if piece[1] is None else piece[1])
+
+
+def _accepted_runs(accepted: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of consecutive True in `accepted`, as (first, last) indices."""
+    runs, first = [], None
+    for index, value in enumerate(accepted):
+        if value and first is None:
+            first = index
+        if not value and first is not None:
+            runs.append((first, index - 1))
+            first = None
+    if first is not None:
+        runs.append((first, len(accepted) - 1))
+    return runs
+
+
+def _holding(runs: list[tuple[int, int]], scales: np.ndarray, estimate: float | None, lean: int) -> int:
+    """The index of the run of accepted scales that holds `estimate` (the nearest in log scale when the estimate
+    falls between scanned speedups); without an estimate, the run at the end of the range the statistic leans to
+    (the highest speedups when the arm leans faster)."""
+    if estimate is None:
+        return len(runs) - 1 if lean > 0 else 0
+    where = math.log(estimate)
+
+    def distance(run: tuple[int, int]) -> float:
+        low, high = math.log(scales[run[0]]), math.log(scales[run[1]])
+        return max(low - where, where - high, 0.0)
+
+    return min(range(len(runs)), key=lambda index: distance(runs[index]))
+
+
+def _sign_change(test: ScaleTest, scales: np.ndarray, statistics: np.ndarray, one: int) -> float | None:
     """The speedup where the statistic changes sign, walking from `one` (the index of 1) the way it leans there;
     None when it keeps its sign to the end of the scanned range, or is 0 everywhere."""
     sign = np.sign(statistics)
@@ -469,13 +566,30 @@ def band(curves: Sequence[Curve], axis: str = "train_seconds") -> dict[str, list
 
 
 def window_differences(baseline: Sequence[Curve], arm: Sequence[Curve]) -> tuple[list[float], list[float]]:
-    """Per seed: the window (the end of the shorter run of the pair) and the arm's minus the baseline's mean
-    accuracy over it."""
-    windows = [min(b[0][-1], a[0][-1]) for b, a in zip(baseline, arm, strict=True)]
-    differences = [
-        mean_accuracy(*a, end) - mean_accuracy(*b, end) for b, a, end in zip(baseline, arm, windows, strict=True)
-    ]
+    """Per seed (paired by position): the window (the end of the shorter run of the pair) and the arm's minus the
+    baseline's mean accuracy over it. Seeds present in one arm only (unequal counts) are not paired."""
+    pairs = list(zip(baseline, arm, strict=False))
+    windows = [min(b[0][-1], a[0][-1]) for b, a in pairs]
+    differences = [mean_accuracy(*a, end) - mean_accuracy(*b, end) for (b, a), end in zip(pairs, windows, strict=True)]
     return windows, differences
+
+
+def window_difference(baseline: Sequence[Curve], arm: Sequence[Curve]) -> tuple[Difference, str]:
+    """The window-mean difference over seeds and how it was tested: "paired" (Student's t on the per-seed
+    differences, `window_differences`) when both arms have the same seeds, else "welch" (Welch's t on each run's
+    mean accuracy over the common window, up to the end of the shortest run of either arm)."""
+    if len(baseline) == len(arm):
+        return paired_difference(window_differences(baseline, arm)[1]), "paired"
+    end = min(times[-1] for times, _ in (*baseline, *arm))
+    base = np.array([mean_accuracy(*curve, end) for curve in baseline])
+    other = np.array([mean_accuracy(*curve, end) for curve in arm])
+    estimate = float(other.mean() - base.mean())
+    seeds = min(len(base), len(other))
+    if seeds < 2 or (base.std() == 0 and other.std() == 0):
+        return Difference(estimate, None, None, None, seeds), "welch"
+    test = stats.ttest_ind(other, base, equal_var=False)
+    interval = test.confidence_interval(LEVEL)
+    return Difference(estimate, float(interval.low), float(interval.high), float(test.pvalue), seeds), "welch"
 
 
 def resolution_warnings(

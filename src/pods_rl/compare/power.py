@@ -1,0 +1,157 @@
+"""The power of a comparison's design before any run: how often its primary verdict resolves a true 1.5x and 2x, and
+how many seeds 80% would take (`pods compare --dry-run`).
+
+A comparison's settings give the evaluation grid and the horizon (seconds or steps), the held-out questions, the
+seeds (or the looks of a sequential design), the arms and the primary question. What they cannot give before the
+runs is the learning curve: its start, its plateau and how much seeds differ. The settings' `power_curve`
+(`{base, plateau, spread}`) states them, else `DEFAULT_CURVE`, and every line printed names what was assumed. The
+simulation (`pods_rl.compare.simulation.verdict_power`) draws exponential curves whose median baseline run reaches
+90% of its gain at the horizon, one arm at the true speedup and the others equal to the baseline, and draws the
+verdicts as the report does (Holm over the arms' primary tests, at every look).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pods_rl.compare.simulation import Design, Truth, verdict_power
+
+if TYPE_CHECKING:
+    from pods_rl.compare.settings import CompareSettings
+
+DEFAULT_CURVE = {"base": 0.4, "plateau": 0.8, "spread": 0.35}
+DEFAULT_QUESTIONS = 200  # when neither eval.num_examples nor task_options.num_test says
+STEP_DELAY = 0.1  # a step's length as a share of the evaluation spacing, in a comparison by seconds
+TRUTHS = (1.5, 2.0)
+WANTED = 0.8  # the power the seeds are sized for
+COMPARISONS = 200  # simulated comparisons per point (a share's standard error: 3 points at most)
+MOST_SEEDS = 40
+
+
+@dataclass(frozen=True)
+class DesignPower:
+    """The simulated power of one design, and the seeds per arm that reach WANTED at each truth (None: more than
+    MOST_SEEDS)."""
+
+    design: Design
+    arms: int
+    primary: str
+    looks: list[int] | None
+    power: dict[float, float]
+    false: float
+    seeds_for: dict[float, int | None]
+    assumed: list[str]
+
+
+def design_of(settings: CompareSettings) -> tuple[Design, list[str]]:
+    """The simulation's design for `settings`, and what it assumed."""
+    base = settings.base
+    evaluation = base.get("eval") or {}
+    curve = {**DEFAULT_CURVE, **(settings.power_curve or {})}
+    assumed = []
+    if not settings.power_curve:
+        assumed.append(
+            f"learning curves from {curve['base']:.0%} to {curve['plateau']:.0%} (power_curve: {{base, plateau}} "
+            "sets yours)"
+        )
+    questions = evaluation.get("num_examples") or (base.get("task_options") or {}).get("num_test")
+    if not questions:
+        questions = DEFAULT_QUESTIONS
+        assumed.append(f"{questions} held-out questions (eval.num_examples sets them)")
+    if settings.clock == "steps":
+        every, horizon, step = evaluation["every_steps"], base["trainer"]["max_steps"], 0.0
+    else:
+        every, horizon, step = evaluation["every_seconds"], base["time_budget"], STEP_DELAY
+    design = Design(
+        "this comparison",
+        every=float(every),
+        horizon=float(horizon),
+        base=float(curve["base"]),
+        plateau=float(curve["plateau"]),
+        step=step,
+        questions=int(questions),
+        seeds=len(settings.seeds),
+        spread=float(curve["spread"]),
+    )
+    return design, assumed
+
+
+def design_power(settings: CompareSettings, comparisons: int = COMPARISONS, seed: int = 0) -> DesignPower:
+    """The power of `settings`' primary verdict at TRUTHS, and the seeds per arm that reach WANTED."""
+    design, assumed = design_of(settings)
+    arms = max(1, sum(name != settings.baseline for name in settings.arms))
+    primary = "mean_accuracy" if settings.primary_measure == "mean_accuracy" else "speedup"
+    looks = settings.planned_looks() if settings.sequential else None
+    if looks:
+        design = replace(design, seeds=looks[-1])
+
+    def power(truth: float, seeds: int | None = None, looks: list[int] | None = looks) -> float:
+        case = design if seeds is None else replace(design, seeds=seeds)
+        return verdict_power(
+            case, Truth(truth), comparisons, arms=arms, primary=primary, seed=seed, looks=looks
+        ).resolved
+
+    powers = {truth: power(truth) for truth in TRUTHS}
+    false = verdict_power(design, Truth(1.0), comparisons, arms=arms, primary=primary, seed=seed, looks=looks).false
+    seeds_for = {truth: _seeds_for(lambda seeds, truth=truth: power(truth, seeds, None)) for truth in TRUTHS}
+    return DesignPower(design, arms, settings.primary_measure, looks, powers, false, seeds_for, assumed)
+
+
+def _seeds_for(power_at) -> int | None:
+    """The fewest seeds per arm whose simulated power reaches WANTED: scanned at 4, 6, 8, 10, then every 4 up to
+    MOST_SEEDS, and refined by one between the last count short of it and the first that reaches it; None beyond."""
+    previous = 3
+    for count in [*range(4, 12, 2), *range(12, MOST_SEEDS + 1, 4)]:
+        if power_at(count) >= WANTED:
+            return next((fewer for fewer in range(previous + 1, count) if power_at(fewer) >= WANTED), count)
+        previous = count
+    return None
+
+
+def power_lines(result: DesignPower) -> list[str]:
+    """The plan's lines on power."""
+    design = result.design
+    unit = "steps" if design.step == 0 else "s"
+    primary = result.primary.replace("_", " ")
+    seeds = (
+        f"looks at {', '.join(map(str, result.looks))} seeds per arm"
+        if result.looks
+        else f"{design.seeds} seeds per arm"
+    )
+    truths = ", ".join(f"{result.power[truth]:.0%} at a true {truth:g}x" for truth in TRUTHS)
+    needed = "; ".join(
+        f"{WANTED:.0%} at {truth:g}x takes "
+        + (f"{count} seeds per arm" if count is not None else f"more than {MOST_SEEDS} seeds per arm")
+        for truth, count in result.seeds_for.items()
+    )
+    lines = [
+        f"power of the primary verdict ({primary}, {result.arms} arm(s) against the baseline, Holm): {truths}, with "
+        f"{seeds}, evaluations every {design.every:g} {unit} to {design.horizon:g} {unit}, {design.questions} "
+        f"questions; false verdicts at a true 1x: {result.false:.0%} (simulated, {COMPARISONS} comparisons a case)",
+        f"seeds: {needed} (one look)",
+    ]
+    if result.assumed:
+        lines.append("assumed: " + "; ".join(result.assumed))
+    return lines
+
+
+def power_record(result: DesignPower) -> dict[str, Any]:
+    """What comparison.json keeps of the design's power."""
+    return {
+        "primary": result.primary,
+        "arms": result.arms,
+        "looks": result.looks,
+        "power": {f"{truth:g}x": value for truth, value in result.power.items()},
+        "false_at_1x": result.false,
+        "seeds_for_80_percent": {f"{truth:g}x": value for truth, value in result.seeds_for.items()},
+        "assumed": result.assumed,
+        "design": {
+            "every": result.design.every,
+            "horizon": result.design.horizon,
+            "questions": result.design.questions,
+            "base": result.design.base,
+            "plateau": result.design.plateau,
+            "spread": result.design.spread,
+        },
+    }

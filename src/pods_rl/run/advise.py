@@ -313,24 +313,16 @@ def _trainer(plan: AdvicePlan, task: Any, args: Any, display, logs) -> tuple[Any
     from peft import LoraConfig
 
     from pods_rl.run.step_costs import RunPrecision
-    from pods_rl.run.train import load_run_model
+    from pods_rl.run.train import load_settled_model
     from pods_rl.trainer import PODSTrainer
 
     settings = plan.settings
     startup = RunPrecision(settings, args)
     for line in startup.plan_lines():
         display.print(line, highlight=False)
-    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
-    logs.route_libraries()
-    precision = startup.settle(
-        model,
-        tokenizer,
-        task.train,
-        lambda line: display.print(line, highlight=False),
-        progress=display.callback("measuring", quiet_if_short=True),
+    model, tokenizer, args, precision = load_settled_model(
+        settings, startup, args, task, display, logs, plan.output_dir, _trainer_fields()
     )
-    if precision.bf16 != args.bf16:
-        args = settings.trainer_config(plan.output_dir, **_trainer_fields(), bf16=precision.bf16)
     if args.reward_weights is None:
         args.reward_weights = task.reward_weights
     measured = None

@@ -100,6 +100,33 @@ def load_run_model(name: str, display: Display, *, vllm: bool = False):
         ) from None
 
 
+def load_settled_model(
+    settings: RunSettings,
+    startup: RunPrecision,
+    args,
+    task,
+    display: Display,
+    logs: RunLogs,
+    output_dir: Path,
+    fields: dict[str, Any],
+):
+    """The run's model and tokenizer, with its precision settled at start-up (measured, cached or given): returns
+    (model, tokenizer, the trainer config in that precision, the precision). `fields`: the trainer settings the
+    caller owns (`settings.trainer_config`'s overrides)."""
+    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
+    logs.route_libraries()
+    precision = startup.settle(
+        model,
+        tokenizer,
+        task.train,
+        lambda line: display.print(line, highlight=False),
+        progress=display.callback("measuring", quiet_if_short=True),
+    )
+    if precision.bf16 != args.bf16:
+        args = settings.trainer_config(output_dir, **fields, bf16=precision.bf16)
+    return model, tokenizer, args, precision
+
+
 def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path) -> list[str]:
     """What the run will do, in words: the start banner and `pods train --dry-run`."""
     from pods_rl.trainer.vllm import evaluates_on_engine
@@ -224,17 +251,9 @@ def _train(
     from pods_rl.trainer.trainer import RewardError
     from pods_rl.trainer.vllm import evaluation_engine
 
-    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
-    logs.route_libraries()
-    precision = startup.settle(
-        model,
-        tokenizer,
-        task.train,
-        lambda line: display.print(line, highlight=False),
-        progress=display.callback("measuring", quiet_if_short=True),
+    model, tokenizer, args, _ = load_settled_model(
+        settings, startup, args, task, display, logs, output_dir, _run_trainer_fields(settings)
     )
-    if precision.bf16 != args.bf16:
-        args = settings.trainer_config(output_dir, **_run_trainer_fields(settings), bf16=precision.bf16)
     # Every check passed: only now is the output folder touched, by the main process alone while the others wait
     # (two processes replacing the folder or renaming the same temporary file into place would race).
     with args.main_process_first(local=False, desc="preparing the output folder"):

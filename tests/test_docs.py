@@ -232,11 +232,16 @@ def test_results_at_a_glance_are_the_records():
     every_row = results_at_a_glance.rows()
     assert len(every_row) == 27  # 4 arms against the baseline in four comparisons, 6 and 5 in the allocation ones
     assert results_at_a_glance.markdown(every_row, "") in index
-    for row in every_row:  # a step-clocked comparison does not test its time to target
-        verdicts = dict(row["verdicts"])
+    primary = {}
+    for row in every_row:  # a step-clocked comparison does not test its time to target, its primary is steps
         if results_at_a_glance.untested_time(row):
-            assert verdicts.pop("time_to_target") == "not tested"
-        assert set(verdicts.values()) == {"not resolved"}
+            assert row["verdicts"]["time_to_target"] == "not tested" and row["roles"]["steps_to_target"] == "primary"
+        key = next(measure for measure, role in row["roles"].items() if role == "primary")
+        primary[row["setup"], row["arm"].split()[0]] = row["verdicts"][key]
+    # One primary verdict of the 27 is resolved: screening on the tiny model is slower than GRPO.
+    assert {key: word for key, word in primary.items() if word != "not resolved"} == {
+        ("tiny, allocation", "pods-screen"): "slower"
+    }
 
 
 def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
@@ -251,15 +256,18 @@ def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
         "baseline": "grpo 4/4",
         **{key: {"estimate": 1.5, "low": 0.5, "high": 3.0} for key in ("time", "steps")},
         "window": {"estimate": 0.02, "low": -0.01, "high": 0.05},
-        "adjusted": {"time_to_target": None, "steps_to_target": 0.5, "mean_accuracy": 0.25},
+        "adjusted": {"time_to_target": None, "steps_to_target": 0.5, "mean_accuracy": None},
         "verdicts": {
             "time_to_target": "not tested",
             "steps_to_target": "not resolved",
-            "mean_accuracy": "not resolved",
+            "mean_accuracy": "higher",
         },
+        "roles": {"time_to_target": "not tested", "steps_to_target": "primary", "mean_accuracy": "secondary"},
     }
     line = results_at_a_glance.markdown([row]).splitlines()[-1]
-    assert line.endswith("| not tested | 1.50x (0.50-3.00) | +2.0 (-1.0 to +5.0) | none resolved (-, 0.500, 0.250) |")
+    assert line.endswith(
+        "| not tested | 1.50x (0.50-3.00) | +2.0 (-1.0 to +5.0) | steps: not resolved (0.500) | window higher |"
+    )
     # An arm that never reached the target has no estimate, and its interval no upper end.
     row["steps"] = {"estimate": None, "low": 0.0, "high": None}
     assert "| not tested | - (0.00-∞) |" in results_at_a_glance.markdown([row])

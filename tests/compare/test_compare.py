@@ -999,3 +999,81 @@ def test_tuning_by_steps_scores_the_window_over_steps():
     assert len(warnings) == 1 and "lowest of lr_grid" in warnings[0]  # two machines, but the same steps per run
     by_seconds = compare_tuning.window_accuracy(early_in_steps["eval"], "accuracy")
     assert by_seconds == pytest.approx((0.4 * 90 + 0.6 * 10) / 100)
+
+
+def test_a_baseline_that_degrades_gets_verdicts(tmp_path):
+    """Issue 64: a baseline that ends below its start had no target and an empty `verdicts`, though the arm was
+    clearly better. Now the target is 75% of the arm's gain from the baseline's start, the steps to target and the
+    window mean are tested, and both are resolved."""
+    settings = resolve_compare(
+        None, [{"n": 8, "m": 2, "prompts_per_step": 2, "seeds": [0, 1, 2, 3, 4, 5]}], only=["grpo", "pods"]
+    )
+    times = [0, 10, 20, 30, 40]
+    records = {
+        "grpo": [synthetic_run(times, [0.4, 0.35, 0.3, 0.3 - 0.01 * s, 0.25], 4, 4) for s in range(6)],
+        "pods": [synthetic_run(times, [0.4, 0.6 + 0.01 * s, 0.8, 0.8, 0.8], 16, 4) for s in range(6)],
+    }
+    comparison = summarize(settings, records)
+    assert comparison["target"]["of"] == "pods" and comparison["target"]["accuracy"] == pytest.approx(0.7)
+    assert comparison["verdicts"]["pods"] == {
+        "time_to_target": "faster",
+        "steps_to_target": "faster",
+        "mean_accuracy": "higher",
+    }
+    versus = comparison["arms"]["pods"]["vs_baseline"]
+    assert versus["time_to_target"]["high"] is None  # the baseline never reaches it: open above
+    assert "75% of pods's gain from grpo's start (40.0% -> 80.0%): 70.0%" in comparison["summary"][-1]
+    assert any("The baseline 'grpo' gained nothing" in warning for warning in comparison["warnings"])
+    # No arm gains: no target, no times; the window mean is still tested (here as the primary question).
+    flat = {name: [synthetic_run(times, [0.4, 0.35, 0.3, 0.3, 0.25], 4, 4) for _ in range(6)] for name in records}
+    flat["pods"] = [synthetic_run(times, [0.4, 0.38, 0.36, 0.34 + 0.001 * s, 0.33], 16, 4) for s in range(6)]
+    settings.primary = "mean_accuracy"
+    nothing = summarize(settings, flat)
+    versus = nothing["arms"]["pods"]["vs_baseline"]
+    assert nothing["target"] is None and versus["time_to_target"] is None
+    assert versus["roles"]["mean_accuracy"] == "primary" and nothing["verdicts"]["pods"]["mean_accuracy"] == "higher"
+    assert nothing["verdicts"]["pods"]["time_to_target"] == "not resolved"
+    assert nothing["summary"][0].startswith("pods vs grpo: no target (no arm gained), no times to target; mean")
+    write_comparison(tmp_path, nothing)  # the report without a target renders
+    assert "| pods | - | - |" in (tmp_path / "comparison.md").read_text()
+
+
+def test_the_primary_question_is_a_setting_checked_against_the_clock():
+    assert resolve_compare(None, []).primary_measure == "time_to_target"
+    assert resolve_compare(None, [{"primary": "mean_accuracy"}]).primary_measure == "mean_accuracy"
+    stepped = resolve_compare(None, [STEP_CLOCK])
+    assert stepped.primary_measure == "steps_to_target"
+    with pytest.raises(ValueError, match=r"primary must be one of \['steps_to_target', 'mean_accuracy'\]"):
+        resolve_compare(None, [{**STEP_CLOCK, "primary": "time_to_target"}])
+    with pytest.raises(ValueError, match="primary must be one of"):
+        resolve_compare(None, [{"primary": "peak"}])
+
+
+def test_the_dry_run_prints_the_power_of_its_design(monkeypatch):
+    """The plan's power: the design's grid, horizon, questions and seeds, the primary question, the simulated power at
+    1.5x and 2x and the seeds 80% would take, and what was assumed (the learning curve, unless power_curve says)."""
+    from pods_rl.compare.power import design_of, design_power, power_lines
+
+    settings = resolve_compare(None, [{"seeds": [0, 1, 2, 3, 4, 5]}], only=["grpo", "pods"])
+    design, assumed = design_of(settings)
+    assert (design.every, design.horizon, design.questions, design.seeds, design.step) == (30.0, 300.0, 200, 6, 0.1)
+    assert assumed == ["learning curves from 40% to 80% (power_curve: {base, plateau} sets yours)"]
+    stepped = resolve_compare(None, [STEP_CLOCK, {"power_curve": {"base": 0.2, "plateau": 0.5}}], only=["grpo", "pods"])
+    design, assumed = design_of(stepped)
+    assert (design.every, design.horizon, design.step, design.base, design.plateau, assumed) == (
+        5.0,
+        10.0,
+        0.0,
+        0.2,
+        0.5,
+        [],
+    )
+    monkeypatch.setattr("pods_rl.compare.power.COMPARISONS", 30)
+    result = design_power(settings)
+    assert 0 <= result.power[1.5] <= result.power[2.0] <= 1
+    lines = power_lines(result)
+    assert lines[0].startswith("power of the primary verdict (time to target, 1 arm(s) against the baseline, Holm): ")
+    assert "with 6 seeds per arm, evaluations every 30 s to 300 s, 200 questions" in lines[0]
+    assert lines[1].startswith("seeds: 80% at 1.5x takes ") and lines[2].startswith("assumed: learning curves")
+    with pytest.raises(ValueError, match="power_curve needs 0 <= base < plateau <= 1"):
+        resolve_compare(None, [{"power_curve": {"base": 0.6, "plateau": 0.5}}])

@@ -18,11 +18,12 @@ mean and the per-seed table; the speedup compares the two arms' seeds as two sam
   baseline's. For each candidate s, the arm's evaluation times are multiplied by s; whichever arm's evaluations
   are denser in that time by more than THIN_ABOVE is thinned to the nearest of the other's spacing, by at most a
   factor THIN_AT_MOST (so that both are read at the same resolution and evaluation noise makes neither cross early
-  more often), never at s = 1; every run is censored at the common horizon (the shorter of the baseline's and the
-  scaled arm's runs); and a Gehan two-sample statistic (every arm run against every baseline run: +1 when the arm's
-  crossing is earlier, -1 when later, 0 for ties or two runs censored) is referred to its exact permutation
-  distribution over all splits of the runs into two groups. The p-value is the test at s = 1, exactly the plain
-  test on every evaluation, and a verdict's side is the sign of its statistic there. The speedups the test does
+  more often); every run is censored at the common horizon (the shorter of the baseline's and the scaled arm's
+  runs); and a Gehan two-sample statistic (every arm run against every baseline run: +1 when the arm's crossing is
+  earlier, -1 when later, 0 for ties or two runs censored) is referred to its exact permutation distribution over
+  all splits of the runs into two groups. The p-value is the test at s = 1, which on the clock's own axis (one grid
+  for every arm) is the plain test on every evaluation, and a verdict's side is the sign of its statistic there.
+  The speedups the test does
   not reject at the 5% level need not form one interval (thinning and the horizon make the p-value jump with s):
   all of them are kept (`Speedup.accepted`), and the interval reported is the piece that holds the estimate, which
   is where the statistic changes sign (nearest to 1, on the side the test leans to there). Censored runs rank
@@ -61,15 +62,17 @@ BISECTIONS = 5  # halvings of a SCAN_STEP bracket: an interval end to 0.3%
 # The denser grid is thinned by at most this factor: far from the truth the test rejects without it, and a grid thinned
 # further keeps little more than a run's start and end, which say nothing about a curve that rises and falls.
 THIN_AT_MOST = 4.0
-# ...and only where it is denser by more than this factor, and never at s = 1: the arms of a comparison share one grid,
-# so the test at s = 1 (the p-value and the direction of the verdict) is the plain test on every evaluation, and grids
-# whose spacings differ by a step's delay are not thinned near it.
+# ...and only where it is denser by more than this factor. On the clock's own axis the arms share one grid (their
+# spacings differ by a step's delay at most), so the test at s = 1, which gives the p-value and the side of a verdict,
+# is the plain test on every evaluation. Grids that differ more (the steps of a comparison clocked by seconds, where
+# one arm takes more steps between evaluations) are thinned at every s alike, s = 1 included: the plain test there
+# would let the denser arm cross early (a concave curve interpolated over a coarse bracket crosses late).
 THIN_ABOVE = 1.25
 
 SPEEDUP_METHOD = (
     "two-sample permutation test of a time-scale factor s (Gehan statistic on the interpolated crossings, every run "
     "censored at the common horizon, an evaluation grid denser by more than "
-    f"{THIN_ABOVE:g}x thinned to the other's spacing in scaled time, at most {THIN_AT_MOST:g}x, never at s = 1), "
+    f"{THIN_ABOVE:g}x thinned to the other's spacing in scaled time, at most {THIN_AT_MOST:g}x), "
     f"inverted for a {LEVEL:.0%} interval (the piece of the accepted speedups that holds the estimate); the "
     "estimate is where the statistic changes sign; a verdict is the test at s = 1 and the sign of its statistic"
 )
@@ -333,7 +336,7 @@ class _ScaleTest:
         ):
             scaled = factors[:, None, None] * times[None]
             keep = np.broadcast_to(np.isfinite(times), scaled.shape).copy()
-            thin = (reference > own * THIN_ABOVE) & (reference > 0) & (scales != 1.0)
+            thin = (reference > own * THIN_ABOVE) & (reference > 0)
             if thin.any() and times.shape[1] > 1:
                 spacing = np.minimum(reference[thin], THIN_AT_MOST * own[thin])
                 keep[thin] = _thinned(scaled[thin], lengths, spacing)

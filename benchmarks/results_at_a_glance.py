@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pods_rl.compare.measures import ratio_text
+from pods_rl.compare.measures import other_pieces, ratio_text
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -35,10 +35,13 @@ COMPARISONS = {
 
 
 def ratio(measure: dict) -> str:
-    """`1.30x (0.45-4.39)`: a speedup and its 95% interval; `- (0.00-∞)` where the arm never reached the target (no
+    """`1.30x (0.45-4.39)`: a speedup and its 95% interval, the piece of the accepted speedups holding the estimate
+    (`+2 pieces`: the test accepts speedups elsewhere too); `- (0.00-∞)` where the arm never reached the target (no
     estimate) and the interval has no upper end."""
     estimate = "-" if measure["estimate"] is None else f"{measure['estimate']:.2f}x"
-    return f"{estimate} ({measure['low']:.2f}-{ratio_text(measure['high'])})"
+    others = len(other_pieces(measure))
+    more = f", +{others} piece{'s' if others > 1 else ''}" if others else ""
+    return f"{estimate} ({measure['low']:.2f}-{ratio_text(measure['high'])}{more})"
 
 
 def points(measure: dict) -> str:

@@ -10,6 +10,7 @@ costs and their projections onto other machines, and the warnings. Definitions (
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
@@ -621,11 +622,26 @@ def ratio_text(value: float | None, *, low: bool = False) -> str:
 
 
 def speedup_text(figure: dict[str, Any]) -> str:
-    """'1.25x (95% interval 0.80-2.10x)'; the estimate '-' when the data bound it on one side only."""
+    """'1.25x (95% interval 0.80-2.10x)', and the other speedups the test accepts where its accepted set has holes
+    ('...; also accepted: 0.40-0.55x'); the estimate '-' when the data bound it on one side only."""
     estimate = "-" if figure["estimate"] is None else f"{ratio_text(figure['estimate'])}x"
     if figure["low"] is None:
         return f"{estimate} (no {LEVEL:.0%} interval: every speedup is rejected)"
-    return f"{estimate} ({LEVEL:.0%} interval {ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
+    others = other_pieces(figure)
+    also = f"; also accepted: {', '.join(piece_text(piece) for piece in others)}" if others else ""
+    return f"{estimate} ({LEVEL:.0%} interval {piece_text((figure['low'], figure['high']))}{also})"
+
+
+def piece_text(piece: Sequence[float | None]) -> str:
+    """'0.80-2.10x'."""
+    return f"{ratio_text(piece[0])}-{ratio_text(piece[1])}x"
+
+
+def other_pieces(figure: dict[str, Any]) -> list[Sequence[float | None]]:
+    """The pieces of a speedup's accepted set besides its interval (the piece holding the estimate): together they
+    are the 95% confidence set, whose coverage the simulation checks (docs/comparing.md)."""
+    chosen = (figure["low"], figure["high"])
+    return [piece for piece in figure.get("accepted") or [] if tuple(piece) != chosen]
 
 
 def difference_text(figure: dict[str, Any]) -> str:

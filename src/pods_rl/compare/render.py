@@ -18,6 +18,7 @@ from pods_rl.compare.measures import (
     comparison_clock,
     difference_text,
     family_text,
+    other_pieces,
     ratio_text,
     target_text,
     verdict_text,
@@ -88,7 +89,9 @@ def _speedup_cell(figure: dict[str, Any] | None) -> str:
     estimate = "-" if figure["estimate"] is None else f"{ratio_text(figure['estimate'])}x"
     if figure["low"] is None:
         return f"{estimate} (none)"
-    return f"{estimate} ({ratio_text(figure['low'])}-{ratio_text(figure['high'])}x)"
+    others = len(other_pieces(figure))
+    more = f", +{others} piece{'s' if others > 1 else ''}" if others else ""
+    return f"{estimate} ({ratio_text(figure['low'])}-{ratio_text(figure['high'])}x{more})"
 
 
 def _reached(figure: dict[str, Any] | None) -> str:

@@ -91,6 +91,9 @@ class ComparisonLock(FolderLock):
 def plan_table(settings: CompareSettings) -> Table:
     """The arms, their sizes and learning rates, and how many runs the comparison trains (tuning runs first)."""
     runs = f"{len(settings.arms) * len(settings.seeds)} runs"
+    if settings.sequential:
+        looks = ", ".join(map(str, settings.planned_looks()))
+        runs += f" (until resolved: looks at {looks} seeds per arm, more runs while verdicts are open)"
     if settings.lr_grid:
         tuning = len(settings.arms) * len(settings.lr_grid) * len(settings.tuning_seeds)
         runs = f"{tuning} tuning runs (seeds {settings.tuning_seeds}), then {runs}"

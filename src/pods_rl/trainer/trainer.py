@@ -4,13 +4,14 @@ TRL computes old-policy and reference log-probabilities *before* it scores the r
 method. To remove the unselected rollouts before any of that, PODS hooks in at the end of generation:
 
 1. `_generate` (after TRL generated the local pool): score the pool (TRL gathers the rewards to every process),
-   select on the rewards of every pool (`_select`), give each process an equal, contiguous share of the selected
-   rows (`exchange.take_rows`: rows move only when a pool spans processes), and shrink the caller's `prompts` and
-   `inputs` lists in place to those rows. From here on TRL only ever sees the trained rows.
-   With `dynamic_sampling`, `_sample_dynamically` first drops the groups whose rewards are all equal and
-   generates further prompts of the training data in their place (`pods_rl.trainer.refill`).
+   run the selection stages (`pods_rl.trainer.stages`) on the rewards of every pool, give each process an equal,
+   contiguous share of the selected rows (`exchange.take_rows`: rows move only when a pool spans processes), and
+   shrink the caller's `prompts` and `inputs` lists in place to those rows. From here on TRL only ever sees the
+   trained rows. With `dynamic_sampling`, `_sample_dynamically` first drops the groups whose rewards are all equal
+   and generates further prompts of the training data in their place (`pods_rl.trainer.refill`); with
+   `rollout_allocation`, `pods_rl.trainer.allocated` generates the pools.
 2. `_calculate_rewards`: TRL scores the (now selected) rows again; we return the rewards already computed.
-3. `_generate_and_score_completions`: replace TRL's advantages with ours (`pools.advantages`), and its logged
+3. `_generate_and_score_completions`: replace TRL's advantages with ours (`stages.advantages`), and its logged
    reward metrics and table advantages with the pool's metrics and the advantages used.
 
 Checkpoints are written into a staging folder and renamed into place once complete (`_save_checkpoint`), with what
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import random
 import shutil
 import sys
@@ -50,13 +50,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate
 from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable, repeat_iterable_dataset
 
-from pods_rl.core.dynamic_sampling import another_round_needed, informative_groups, plan_groups
-from pods_rl.trainer.allocated import RolloutAllocator
+from pods_rl.core.dynamic_sampling import another_round_needed, plan_groups
+from pods_rl.trainer import stages
+from pods_rl.trainer.allocated import Pool, RolloutAllocator
 from pods_rl.trainer.config import PODSConfig
 from pods_rl.trainer.cpu_fsdp import fsdp_on_cpu_processes
 from pods_rl.trainer.exchange import rows_to_move, take_rows
-from pods_rl.trainer.pools import advantages as pool_advantages
-from pods_rl.trainer.pools import grpo_metrics, select_per_block, select_per_group, selection_scores
+from pods_rl.trainer.pools import grpo_metrics
 from pods_rl.trainer.refill import EpochRepeatSampler, GenerationStream
 from pods_rl.trainer.vllm import pool_sized_vllm
 
@@ -439,33 +439,18 @@ class PODSTrainer(GRPOTrainer):
     def _down_sample(self, prompts: list, generated: tuple) -> tuple:
         """Score the pool, select rollouts on the gathered rewards and take this process's share of the selected rows.
 
-        Rewards are the only thing gathered from every process. The selected rows are listed in global order and
+        Rewards and two numbers per row are the only things gathered from every process; every process runs the
+        selection stages (`pods_rl.trainer.stages`) on every pool. The selected rows are listed in global order and
         each process trains on an equal, contiguous share of them; a row generated on another process (only when a
         prompt's pool spans processes) is sent by `take_rows`, which moves nothing when all pools are local.
         """
         inputs = self._pool_inputs
-        allocated = None
-        if self._allocator is not None:  # pools of chosen sizes, laid out over the generated rows
-            allocated = self._allocator.build(prompts, inputs)
-            prompts[:], inputs[:] = allocated.columns["prompt"], allocated.columns["input"]
-            generated = _generated_from_columns(
-                allocated.columns, allocated.extra_fields, len(prompts), allocated.columns["images"]
-            )
-            rewards_per_func, layout = allocated.rewards, allocated.layout
-        else:
-            rewards_per_func = self._score_pool(prompts, inputs, generated)
-            if self.args.dynamic_sampling:
-                generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
-            layout = torch.arange(len(rewards_per_func)).view(-1, self.pool_size)  # n rows per prompt, in order
+        generated, rewards_per_func, layout, allocated = self._build_pools(prompts, inputs, generated)
         (_, completion_ids, tool_mask, _, _, extra_fields, images, _) = generated
 
         start = time.perf_counter()
-        n, aggregation = layout.shape[1], self.multi_objective_aggregation
-        padding, rows_of_pools = layout < 0, layout.clamp(min=0).flatten()
-        pool_rewards = rewards_per_func[rows_of_pools.to(rewards_per_func.device)]
-        pool_rewards[padding.flatten().to(pool_rewards.device)] = torch.nan  # unscorable: never chosen before a row
+        settings = self._selection_settings()
         weights = self.reward_weights.to(rewards_per_func.device)
-        scores, scorable = selection_scores(pool_rewards, weights, n, aggregation)
         # Per generated row (one small gather): the model's completion tokens and whether TRL masks the row's loss.
         local_rows = torch.tensor(
             list(zip(_model_tokens(completion_ids, tool_mask), self._loss_masked(completion_ids), strict=True)),
@@ -473,31 +458,63 @@ class PODSTrainer(GRPOTrainer):
             device=self.accelerator.device,
         )
         gathered = self.accelerator.gather(local_rows).cpu()
-        model_tokens = gathered[rows_of_pools, 0].view(-1, n).masked_fill(padding, 0)
-        masked = gathered[rows_of_pools, 1].view(-1, n).bool() & ~padding
-        loss_tokens = model_tokens.masked_fill(masked, 0)  # what the loss sees: the tie-break, the metrics
-        selectable = scorable & ~masked
-        selected = self._select(scores, selectable, loss_tokens)
-        advantages = pool_advantages(
-            pool_rewards,
-            weights,
-            n,
-            selected,
-            aggregation=aggregation,
-            scale=self.scale_rewards,
-            stats=self.args.advantage_stats,
-        ).flatten()
-        positions = selected.flatten().nonzero().squeeze(1)  # in the (prompts, n) layout
-        global_rows = layout.flatten()[positions]  # in the generated rows, process-major
+        pools = stages.lay_out(rewards_per_func, layout, gathered[:, 0], gathered[:, 1], weights, settings.aggregation)
+        selected = self._select(pools, settings)
+        advantages = stages.advantages(pools, selected, weights, settings)
         processes, process = self.accelerator.num_processes, self.accelerator.process_index
-        share = self.args.per_device_train_batch_size * self.args.steps_per_generation
-        if len(global_rows) != processes * share:
-            raise RuntimeError(
-                f"The selection kept {len(global_rows)} rollouts; training needs {processes * share} "
-                f"({processes} processes x {share} rows)."
-            )
-        plan = global_rows.view(processes, share)
+        positions, plan = stages.row_plan(selected, layout, processes, settings.rows_per_process)
         local_size = len(prompts)
+        rows = self._trained_rows(prompts, inputs, generated, plan)
+        self._trained_rewards = rewards_per_func[plan.flatten().to(rewards_per_func.device)]
+        self._trained_advantages = advantages[positions]
+        mine = positions.view(processes, settings.rows_per_process)[process]
+        self._selected_advantages = advantages[mine].to(device=self.accelerator.device, dtype=torch.float32)
+        self._pool_metrics = grpo_metrics(
+            pools.rewards, weights, self.reward_func_names, pools.size, settings.aggregation, settings.scale
+        )
+        metrics = self._metrics["train"]
+        for name, value in stages.selection_metrics(pools, selected, settings, rows_to_move(plan, local_size)).items():
+            metrics[name].append(value)
+        if self.args.dynamic_sampling and allocated is None:
+            self._log_dynamic_sampling()
+        if allocated is not None:
+            self._allocator.log(metrics, allocated.stats, float(gathered[:, 0].sum()))
+
+        # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
+        prompts[:] = rows["prompt"]
+        inputs[:] = rows["input"]
+        self.num_generations = self.num_selected  # TRL now groups the trained rows by m
+        self.phase_seconds["select"] += time.perf_counter() - start
+
+        # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
+        images = _dataset_images(rows["input"]) if images is None else rows["images"]
+        return _generated_from_columns(rows, extra_fields, local_size, images)
+
+    def _build_pools(
+        self, prompts: list, inputs: list, generated: tuple | None
+    ) -> tuple[tuple, torch.Tensor, torch.Tensor, Pool | None]:
+        """The step's pools, built as configured: `generated`'s n rows per prompt, the groups dynamic sampling kept,
+        or the rollout allocation's pools (which it generates: `generated` is None). Returns the generated rows
+        (`_generate`'s tuple; `prompts` and `inputs` are rewritten in place to match), their gathered rewards, the
+        (prompts, K) layout of each pool's rows (-1: padding) and the allocation's pool (None without allocation)."""
+        if self._allocator is not None:  # pools of chosen sizes, laid out over the generated rows
+            allocated = self._allocator.build(prompts, inputs)
+            prompts[:], inputs[:] = allocated.columns["prompt"], allocated.columns["input"]
+            generated = _generated_from_columns(
+                allocated.columns, allocated.extra_fields, len(prompts), allocated.columns["images"]
+            )
+            return generated, allocated.rewards, allocated.layout, allocated
+        rewards_per_func = self._score_pool(prompts, inputs, generated)
+        if self.args.dynamic_sampling:
+            generated, rewards_per_func = self._sample_dynamically(prompts, inputs, generated, rewards_per_func)
+        layout = torch.arange(len(rewards_per_func)).view(-1, self.pool_size)  # n rows per prompt, in order
+        return generated, rewards_per_func, layout, None
+
+    def _trained_rows(self, prompts: list, inputs: list, generated: tuple, plan: torch.Tensor) -> dict[str, list]:
+        """This process's rows of the (processes, rows) `plan`, column by column, through `exchange.take_rows`: the
+        generated columns, reward functions' `log_extra` columns and environments. TRL's pending `log_extra` columns
+        and environments are cut to those rows too."""
+        local_size, process = len(prompts), self.accelerator.process_index
         columns = {
             **_pool_columns(prompts, inputs, generated),
             # Columns that reward functions logged through `log_extra`, one value per pool row.
@@ -512,30 +529,7 @@ class PODSTrainer(GRPOTrainer):
         for key in columns:
             if key.startswith("log:"):
                 self._pending_extra_logs[key[4:]] = rows[key]
-        self._trained_rewards = rewards_per_func[global_rows.to(rewards_per_func.device)]
-        self._trained_advantages = advantages[positions]
-        mine = positions.view(processes, share)[process]
-        self._selected_advantages = advantages[mine].to(device=self.accelerator.device, dtype=torch.float32)
-        self._pool_metrics = grpo_metrics(
-            pool_rewards, weights, self.reward_func_names, n, aggregation, self.scale_rewards
-        )
-        self._log_selection(
-            scores, scorable, selectable, selected, model_tokens, loss_tokens, rows_to_move(plan, local_size)
-        )
-        if self.args.dynamic_sampling and allocated is None:
-            self._log_dynamic_sampling()
-        if allocated is not None:
-            self._allocator.log(self._metrics["train"], allocated.stats, float(gathered[:, 0].sum()))
-
-        # TRL's caller keeps using these two lists: shrink them in place to the trained rows.
-        prompts[:] = rows["prompt"]
-        inputs[:] = rows["input"]
-        self.num_generations = self.num_selected  # TRL now groups the trained rows by m
-        self.phase_seconds["select"] += time.perf_counter() - start
-
-        # On the rollout_func path `images` is None and TRL would fall back to the (unselected) dataset images.
-        images = _dataset_images(rows["input"]) if images is None else rows["images"]
-        return _generated_from_columns(rows, extra_fields, local_size, images)
+        return rows
 
     def _generate_rows(self, inputs: list[dict], per_prompt: int) -> tuple[dict, torch.Tensor, dict]:
         """Generate one rollout for each of `inputs` (this process's rows; consecutive rows of a prompt form groups
@@ -572,8 +566,7 @@ class PODSTrainer(GRPOTrainer):
 
         def informative(rewards: torch.Tensor) -> torch.Tensor:
             """(processes, groups) bool: which of every process's groups vary."""
-            scores = selection_scores(rewards, weights, n, self.multi_objective_aggregation)[0]
-            return informative_groups(scores).view(processes, -1)
+            return stages.informative(rewards, weights, n, self.multi_objective_aggregation).view(processes, -1)
 
         rounds, rewards = [_pool_columns(prompts, inputs, generated)], [rewards_per_func]
         masks = [informative(rewards_per_func)]
@@ -632,25 +625,30 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/groups_dropped_frac"].append(stats["groups_dropped"])
         metrics["pods/rollouts_per_trained_row"].append(rollouts / metrics["pods/rollouts_trained"][-1])
 
-    def _select(self, scores: torch.Tensor, selectable: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(G, n) bool mask of the rollouts the update sees, by the configured rule, from (G, n) selection scores
-        (NaN where unscorable), the rows to choose among (scorable and with a loss: a group short of them is
-        filled up with other rows) and the completion tokens the loss sees.
-
-        `selection_budget="per_prompt"`: m per prompt. `"batch"`: each process's `per_device_train_batch_size x
-        steps_per_generation` rows spread over its own pools (whole pools are local, checked by PODSConfig), so no
-        row moves. The one place that decides; another rule can override it with any mask that keeps `processes x
-        per_device_train_batch_size x steps_per_generation` rollouts in all, in any groups: advantages, row
-        exchange and logging follow the mask. It must be the same on every process (it sees the same scores).
-        """
-        args, m = self.args, self.num_selected
-        tie_lengths = lengths if args.selection_tie_break == "shortest" else None
-        if args.selection_budget == "batch":
-            block = args.per_device_train_batch_size * args.steps_per_generation // m  # pools per process
-            return select_per_block(scores, selectable, m, block, lengths=tie_lengths)
-        return select_per_group(
-            scores, selectable, m, args.selection_rule, generator=self._selection_generator, lengths=tie_lengths
+    def _selection_settings(self) -> stages.SelectionSettings:
+        """What the selection stages read from this trainer's configuration."""
+        args = self.args
+        return stages.SelectionSettings(
+            num_selected=self.num_selected,
+            rule=args.selection_rule,
+            budget=args.selection_budget,
+            tie_break=args.selection_tie_break,
+            rows_per_process=args.per_device_train_batch_size * args.steps_per_generation,
+            aggregation=self.multi_objective_aggregation,
+            scale=self.scale_rewards,
+            advantage_stats=args.advantage_stats,
         )
+
+    def _select(self, pools: stages.Pools, settings: stages.SelectionSettings) -> torch.Tensor:
+        """(G, n) bool mask of the rollouts the update sees: `stages.select` by the configured rule and budget, the
+        random rule drawing from the selection generator (saved with each checkpoint).
+
+        The one place that decides; another rule can override it with any mask that keeps `processes x
+        per_device_train_batch_size x steps_per_generation` rollouts in all, in any groups: advantages, row
+        exchange and logging follow the mask. It must be the same on every process (it sees the same pools).
+        With `selection_budget="batch"` whole pools are local (checked by PODSConfig), so no row moves.
+        """
+        return stages.select(pools, settings, self._selection_generator)
 
     def _loss_masked(self, completion_ids: list[list[int]]) -> list[bool]:
         """Per row, whether TRL will mask its loss: with `mask_truncated_completions`, a truncated completion, which
@@ -669,50 +667,6 @@ class PODSTrainer(GRPOTrainer):
         self.environments = [
             self.environments[row - start] if 0 <= row - start < local_size else None for row in my_rows.tolist()
         ]
-
-    def _log_selection(
-        self,
-        scores: torch.Tensor,
-        scorable: torch.Tensor,
-        selectable: torch.Tensor,
-        selected: torch.Tensor,
-        model_tokens: torch.Tensor,
-        loss_tokens: torch.Tensor,
-        rows_moved: int,
-    ) -> None:
-        """Log what the selection kept, under `pods/`, so runs can be audited and costed. Rewards here are the
-        selection scores: the weighted sums (or, with normalize_then_sum, the normalised aggregates). Tokens are
-        the model's (not tool or environment output): all generated, and those the loss sees in trained rows."""
-        metrics = self._metrics["train"]
-        kept = selected & scorable
-        pool_values, kept_values = scores[scorable], scores[kept]
-        metrics["pods/pool_reward_mean"].append(_mean(pool_values))
-        metrics["pods/pool_reward_std"].append(_std(pool_values))
-        metrics["pods/selected_reward_mean"].append(_mean(kept_values))
-        metrics["pods/selected_reward_std"].append(_std(kept_values))
-        # Squared deviation (rows x variance): what the batch budget maximises; with m rows in every group it is m
-        # times the variance, so its fraction of per-prompt max-variance's is the variance fraction there.
-        captured = _squared_deviation(scores, kept)
-        if self.args.selection_rule == "max_variance" and self.args.selection_budget == "per_prompt":
-            best = captured
-        else:
-            best_mask = select_per_group(scores, selectable, self.num_selected, "max_variance")
-            best = _squared_deviation(scores, best_mask & scorable)
-        pool_var = _squared_deviation(scores, scorable) / scorable.sum(dim=1).clamp(min=1)
-        selected_var = captured / kept.sum(dim=1).clamp(min=1)
-        metrics["pods/selected_var_frac_of_best"].append(_ratio(captured.sum(), best.sum()))
-        metrics["pods/selected_var_frac_of_pool"].append(_ratio(selected_var.sum(), pool_var.sum()))
-        metrics["pods/zero_variance_groups_frac"].append((pool_var == 0).double().mean().item())
-        rows = selected.sum(dim=1)
-        metrics["pods/rows_per_group_min"].append(float(rows.min()))
-        metrics["pods/rows_per_group_mean"].append(rows.double().mean().item())
-        metrics["pods/rows_per_group_max"].append(float(rows.max()))
-        metrics["pods/groups_without_rows_frac"].append((rows == 0).double().mean().item())
-        metrics["pods/rollouts_generated"].append(float(scores.numel()))
-        metrics["pods/rollouts_trained"].append(float(rows.sum()))
-        metrics["pods/rows_moved"].append(float(rows_moved))
-        metrics["pods/tokens_generated"].append(float(model_tokens.sum()))
-        metrics["pods/tokens_trained"].append(float(loss_tokens[selected].sum()))
 
 
 def _environment_placeholder(args: PODSConfig, factory: Any) -> Dataset | None:
@@ -799,21 +753,6 @@ def _dataset_images(inputs: list[dict]) -> list | None:
     else:
         return None
     return None if all(image_list == [] for image_list in images) else images
-
-
-def _squared_deviation(scores: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
-    """Per group, the total squared deviation of the member scores from their mean (0 for no members)."""
-    count = members.sum(dim=1, keepdim=True).clamp(min=1)
-    mean = torch.where(members, scores, 0.0).sum(dim=1, keepdim=True) / count
-    return torch.where(members, scores - mean, 0.0).square().sum(dim=1)
-
-
-def _mean(values: torch.Tensor) -> float:
-    return values.mean().item() if values.numel() else math.nan
-
-
-def _std(values: torch.Tensor) -> float:
-    return values.std().item() if values.numel() > 1 else 0.0
 
 
 def _guard_reward(func: Callable[..., list], name: str, failures: list[RewardError]) -> Callable[..., list]:
@@ -946,11 +885,6 @@ def _preview(value: Any, limit: int = 200) -> str:
 
 def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> float:
-    """A variance fraction; 1.0 when there was no variance to capture."""
-    return 1.0 if denominator.item() == 0 else (numerator / denominator).item()
 
 
 class _DataProgress(TrainerCallback):

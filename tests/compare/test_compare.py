@@ -429,6 +429,7 @@ def test_resolve_compare_rejects_bad_settings(tmp_path, data, message):
 
 def test_the_plan_says_when_its_seeds_cannot_resolve_a_time_to_target(tmp_path, monkeypatch):
     monkeypatch.setattr("pods_rl.compare.power.COMPARISONS", 10)  # the dry run's power: not what is tested here
+    monkeypatch.setattr("pods_rl.compare.power.MOST_SEEDS", 6)
     base = ["compare", "--dry-run", "--output-dir", str(tmp_path / "cmp"), "--arm", "grpo", "--arm", "pods"]
     few = runner.invoke(app, [*base, "--set", "seeds=[0, 1, 2]"])
     assert few.exit_code == 0, few.output
@@ -1069,6 +1070,7 @@ def test_the_dry_run_prints_the_power_of_its_design(monkeypatch):
         [],
     )
     monkeypatch.setattr("pods_rl.compare.power.COMPARISONS", 30)
+    monkeypatch.setattr("pods_rl.compare.power.MOST_SEEDS", 12)
     result = design_power(settings)
     assert 0 <= result.power[1.5] <= result.power[2.0] <= 1
     lines = power_lines(result)

@@ -224,6 +224,8 @@ def test_the_cost_key_tells_lora_ranks_and_targets_apart():
 
 def test_the_cost_key_holds_the_torch_version_and_the_built_in_models_recipe(monkeypatch):
     assert key_of(model="tiny", vllm=True) != key_of(model="tiny")  # vLLM runs build tiny with 2 heads of 32
+    warm_starts = [key_of(model="tiny", model_options=options) for options in ({}, {"flawed_fraction": 0.9})]
+    assert warm_starts[0] == key_of(model="tiny") and warm_starts[1] != warm_starts[0]
     before = key_of()
     monkeypatch.setattr(torch, "__version__", "9.9.9")
     assert key_of() != before

@@ -74,7 +74,33 @@ def test_vllm_variant_has_heads_vllm_cpu_accepts(monkeypatch) -> None:
     )
     pods_rl.models.model_path("tiny")
     pods_rl.models.model_path("tiny", vllm=True)
-    assert built == [None, VLLM_RECIPE]
+    assert built == [default, VLLM_RECIPE]
+
+
+def test_model_options_change_only_the_warm_start_they_name(monkeypatch) -> None:
+    """`model_options` (the difficulty map's knob): the flawed share, SFT steps or seed of the warm start, on the
+    default or the vLLM shape; anything else, or options on another model, is refused."""
+    import dataclasses
+
+    import pods_rl.models
+    from pods_rl.models.tiny import VLLM_RECIPE, tiny_recipe
+
+    built = []
+    monkeypatch.setattr(
+        pods_rl.models, "build_tiny", lambda recipe=None, cache_dir=None, progress=None: built.append(recipe)
+    )
+    pods_rl.models.model_path("tiny", options={"flawed_fraction": 0.9})
+    pods_rl.models.model_path("tiny", vllm=True, options={"sft_steps": 10, "seed": 3})
+    assert built == [
+        dataclasses.replace(TinyRecipe(), flawed_fraction=0.9),
+        dataclasses.replace(VLLM_RECIPE, sft_steps=10, seed=3),
+    ]
+    assert tiny_recipe({"flawed_fraction": 0.9}).key() != TinyRecipe().key()  # its own cache folder
+    assert tiny_recipe({}) == TinyRecipe() and tiny_recipe(None, vllm=True) == VLLM_RECIPE
+    with pytest.raises(ValueError, match=r"model_options \['hidden_size'\]"):
+        tiny_recipe({"hidden_size": 8})
+    with pytest.raises(ValueError, match="tiny model only"):
+        pods_rl.models.model_path("smollm2-135m", options={"flawed_fraction": 0.5})
 
 
 def test_warm_start_leaves_accelerate_state_as_it_was(tmp_path: Path, monkeypatch) -> None:

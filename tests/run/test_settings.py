@@ -123,3 +123,27 @@ def test_yaml_values_follow_yaml_1_2_booleans_and_floats(tmp_path):
     settings = resolve(lambda model, task: {}, config, [parse_override("trainer.logging_strategy=no")])
     assert (settings.trainer["save_strategy"], settings.trainer["bf16"]) == ("no", False)
     assert settings.trainer["logging_strategy"] == "no"
+
+
+@pytest.mark.parametrize(
+    ("options", "model", "message"),
+    [
+        ({"flawed_fraction": 0.9}, "tiny", None),
+        ({"flawed_fraction": 0, "sft_steps": 300, "seed": 2}, "tiny", None),
+        ({"flawed": 0.9}, "tiny", r"model_options\.flawed: not an option; the tiny model takes \['flawed_fraction'"),
+        ({"flawed_fraction": 1.5}, "tiny", r"model_options\.flawed_fraction: 1\.5 is not float in \[0\.0, 1\.0\]"),
+        ({"flawed_fraction": True}, "tiny", "is not float"),
+        ({"sft_steps": 2.5}, "tiny", "model_options.sft_steps: 2.5 is not int"),
+        ({"seed": -1}, "tiny", "model_options.seed: -1 is not int"),
+        ({"flawed_fraction": 0.5}, "smollm2-135m", "model_options apply to the built-in tiny model only"),
+    ],
+)
+def test_model_options_are_the_tiny_models_warm_start(options, model, message):
+    if message is None:
+        settings = RunSettings.from_dict({"model": model, "model_options": options})
+        assert settings.model_options == {key: value for key, value in options.items()}
+        assert isinstance(settings.model_options.get("flawed_fraction", 0.0), float)  # 0 in YAML is the share 0.0
+        assert settings.model_label().startswith("tiny (") and "flawed_fraction=" in settings.model_label()
+    else:
+        with pytest.raises(SettingsError, match=message):
+            RunSettings.from_dict({"model": model, "model_options": options})

@@ -89,6 +89,19 @@ class TinyRecipe:
 # runs that generate with vLLM build this variant, 2 heads of 32, otherwise the same recipe.
 VLLM_RECIPE = dataclasses.replace(TinyRecipe(), num_heads=2)
 
+# What `model_options` may change in the tiny model's warm start (the settings check types and ranges): the share of
+# flawed demonstrations sets how often the warm-started model answers right (its base pass rate), `sft_steps` how
+# long it is fitted, `seed` its initialisation and which demonstrations are flawed.
+WARM_START_OPTIONS = ("flawed_fraction", "sft_steps", "seed")
+
+
+def tiny_recipe(options: dict | None = None, *, vllm: bool = False) -> TinyRecipe:
+    """The recipe `tiny` is built from: the default (or the vLLM shape) with `options` (`model_options`) applied."""
+    unknown = sorted(set(options or {}) - set(WARM_START_OPTIONS))
+    if unknown:
+        raise ValueError(f"model_options {unknown}: the tiny model takes {list(WARM_START_OPTIONS)}")
+    return dataclasses.replace(VLLM_RECIPE if vllm else TinyRecipe(), **(options or {}))
+
 
 def cache_root() -> Path:
     """Where built models live: $PODS_RL_CACHE, else ~/.cache/pods-rl."""

@@ -211,6 +211,7 @@ def _run(plan: AdvicePlan, display, logs) -> dict[str, Any]:
         "model": settings.model,
         "task": settings.task,
         "task_options": settings.task_options,
+        "model_options": settings.model_options,
         "seed": settings.seed,
         "setup": {
             "n": setup.n,
@@ -302,9 +303,10 @@ def describe(plan: AdvicePlan, prompts: int, setup: Any, args: Any) -> str:
     settings = plan.settings
     backend = "vLLM" if args.use_vllm else "HF generate"
     return (
-        f"advise: {settings.model} on {settings.task}, n={setup.n}, m={setup.m}, {setup.prompts_per_step} prompts per "
-        f"step: {plan.samples} rollouts of up to {args.max_completion_length} tokens for each of the first {prompts} "
-        f"training prompts (seed {settings.seed}), {backend} at temperature {args.temperature:g} -> {plan.output_dir}"
+        f"advise: {settings.model_label()} on {settings.task}, n={setup.n}, m={setup.m}, {setup.prompts_per_step} "
+        f"prompts per step: {plan.samples} rollouts of up to {args.max_completion_length} tokens for each of the first "
+        f"{prompts} training prompts (seed {settings.seed}), {backend} at temperature {args.temperature:g} -> "
+        f"{plan.output_dir}"
     )
 
 

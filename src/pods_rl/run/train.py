@@ -79,10 +79,11 @@ def load_run_task(settings: RunSettings):
         ) from None
 
 
-def load_run_model(name: str, display: Display, *, vllm: bool = False):
+def load_run_model(name: str, display: Display, *, vllm: bool = False, options: dict | None = None):
     """The run's model and tokenizer; a built-in model's first build reports to `display`.
 
     `vllm`: the run generates with vLLM (a built-in model is then built in the shape its CPU attention accepts).
+    `options`: the run's `model_options` (the tiny model's warm start).
     On a CPU the weights are fp32 whatever the checkpoint's dtype (a hub model's may be bf16): bf16, where chosen, is
     autocast over them (`pods_rl.precision`), as TRL loads a model it is given by name."""
     import torch
@@ -92,7 +93,7 @@ def load_run_model(name: str, display: Display, *, vllm: bool = False):
     label = {"tiny": "warm start of tiny (once)", "smollm2-135m": "converting smollm2-135m (once)"}.get(name, name)
     dtype = {} if accelerator_available() else {"dtype": torch.float32}
     try:
-        return load_model(name, progress=display.callback(label), vllm=vllm, **dtype)
+        return load_model(name, progress=display.callback(label), vllm=vllm, options=options, **dtype)
     except OSError as error:
         raise SettingsError(
             f"Model {name!r} could not be loaded: {_first_line(error)} (offline? use a local folder or a "
@@ -113,7 +114,7 @@ def load_settled_model(
     """The run's model and tokenizer, with its precision settled at start-up (measured, cached or given): returns
     (model, tokenizer, the trainer config in that precision, the precision). `fields`: the trainer settings the
     caller owns (`settings.trainer_config`'s overrides)."""
-    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm)
+    model, tokenizer = load_run_model(settings.model, display, vllm=args.use_vllm, options=settings.model_options)
     logs.route_libraries()
     precision = startup.settle(
         model,
@@ -155,7 +156,7 @@ def plan_lines(settings: RunSettings, args, eval_examples: int, output_dir: Path
     )
     sampled = f", sampled pass@1 over {settings.eval.sampled_k} samples" if settings.eval.sampled_k else ""
     lines = [
-        f"run: {settings.model} on {settings.task}, {rule}, seed {settings.seed} -> {output_dir}",
+        f"run: {settings.model_label()} on {settings.task}, {rule}, seed {settings.seed} -> {output_dir}",
         f"per step: {prompts:g} prompts x n={n} = {prompts * n:g} rollouts of up to {args.max_completion_length} "
         f"tokens generated, m={m} per prompt = {rows} rows trained; learning rate {args.learning_rate:g}",
         f"until: {stop}; evaluation: {eval_examples} held-out examples, greedy pass@1{sampled}, {schedule}",

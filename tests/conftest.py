@@ -12,6 +12,17 @@ def pytest_ignore_collect(collection_path, config):
 
 
 @pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """A models cache folder holding SmolLM2-135M converted from its wheel's GGUF file, once per session (about 30
+    s): the tests that need the real model share one conversion."""
+    from pods_rl.models.smollm2 import build_smollm2
+
+    cache = tmp_path_factory.mktemp("smollm2-cache")
+    build_smollm2(cache_dir=cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The built-in tiny model with a very short warm start, built once per test session."""
     from pods_rl.models.tiny import TinyRecipe, build_tiny

@@ -20,13 +20,16 @@ def test_missing_wheel_says_how_to_install(monkeypatch) -> None:
 
 @pytest.mark.slow
 @needs_wheel
-def test_converts_gguf_once_to_a_plain_checkpoint(tmp_path: Path) -> None:
-    path = build_smollm2(cache_dir=tmp_path)  # ~30 s: dequantises the GGUF file
+def test_converts_gguf_once_to_a_plain_checkpoint(smollm2_cache: Path) -> None:
+    path = build_smollm2(cache_dir=smollm2_cache)  # the session's conversion (~30 s: dequantises the GGUF file)
+    assert [p.name for p in smollm2_cache.iterdir() if p.is_dir()] == [path.name]  # no temporary folder left
     assert (path / "model.safetensors").exists() and not list(path.glob("*.gguf"))
     assert "quantization_config" not in (path / "config.json").read_text()
-    assert build_smollm2(cache_dir=tmp_path) == path
+    written = (path / "model.safetensors").stat().st_mtime_ns
+    assert build_smollm2(cache_dir=smollm2_cache) == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == written  # converted once
 
-    model, tok = load_model("smollm2-135m", cache_dir=tmp_path)
+    model, tok = load_model("smollm2-135m", cache_dir=smollm2_cache)
     assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True)
     assert tok.decode(prompt["input_ids"]).rstrip().endswith("assistant")

@@ -236,10 +236,11 @@ def test_a_damaged_checkpoint_is_named_with_the_file_and_what_is_wrong(reference
     )
 
 
-@pytest.mark.parametrize("case", ["truncated weights", "garbage data state", "truncated optimizer"])
+@pytest.mark.parametrize("case", ["truncated weights"])
 def test_resume_falls_back_past_a_damaged_checkpoint_to_the_same_run(reference, tmp_path, case):
     """Damage in the newest checkpoint (it was a traceback): one warning line, the resume continues from the
-    checkpoint before, drops the records after it and ends as the uninterrupted run did."""
+    checkpoint before, drops the records after it and ends as the uninterrupted run did. One damage trains here (the
+    issue's); every damage's detection and fallback point is checked above without training."""
     out = copy_of(reference, tmp_path)
     damage_it, problem = DAMAGES[case]
     damage_it(out / "checkpoint-6")

@@ -71,7 +71,10 @@ CASES = {
     ),
     "unknown key": (
         lambda tmp: config_file(tmp, "trainr: {}\n"),
-        ["run.yaml: unknown key trainr (did you mean 'trainer'?); allowed: model, task, task_options, lora, trainer"],
+        [
+            "run.yaml: unknown key trainr (did you mean 'trainer'?); allowed: model, task, task_options, "
+            "model_options, lora, trainer"
+        ],
     ),
     "unknown trainer key": (
         lambda tmp: config_file(tmp, "trainer: {learning_rat: 1.0e-4}\n"),

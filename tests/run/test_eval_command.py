@@ -323,10 +323,10 @@ needs_smollm2 = pytest.mark.skipif(
 
 @pytest.mark.slow
 @needs_smollm2
-def test_eval_of_a_smollm2_run_reproduces_its_last_held_out_accuracy(tmp_path, monkeypatch):
+def test_eval_of_a_smollm2_run_reproduces_its_last_held_out_accuracy(tmp_path, monkeypatch, smollm2_cache):
     """`pods train --model smollm2-135m` (the CPU preset: a+b over one digit) for one step on a small test split,
     then `pods eval` of its final/: the same accuracy on the same examples."""
-    monkeypatch.setenv("PODS_RL_CACHE", str(tmp_path / "models"))  # the conversion (about 30 s) stays in the test
+    monkeypatch.setenv("PODS_RL_CACHE", str(smollm2_cache))  # the session's conversion, not the user's cache
     skip_step_measurement(monkeypatch)
     out = tmp_path / "run"
     small = ["--set", "task_options.num_train=8", "--set", "task_options.num_test=8", "--set", "eval.max_new_tokens=40"]

@@ -310,3 +310,26 @@ def test_allocation_stats_averages_each_arms_allocation_over_the_steps_of_its_re
     assert "| grpo | 1 | 1 | 8.0 |" in only.stdout and "| pods | 1 | 1 | 40.0 |" in only.stdout
     missing = subprocess.run([sys.executable, script, str(tmp_path / "none")], capture_output=True, text=True, env=env)
     assert missing.returncode == 1 and "no comparison there" in missing.stderr
+
+
+def test_the_maps_forecast_table_is_the_committed_forecasts_and_the_page_shows_it() -> None:
+    """benchmarks/map_forecast.py reads the advice.json files committed before the map's runs: each arm's ratio is
+    advise's own signal per step over GRPO m/m's, inside its bootstrap interval, levels by pass rate; the page's
+    table is that output, unedited."""
+    output = run_benchmark("map_forecast.py")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in output.splitlines()[2:]]
+    folder = ROOT / "benchmarks" / "results" / "map-tiny"
+    advice = {
+        f"flawed_fraction={json.loads(p.read_text())['model_options']['flawed_fraction']}": json.loads(p.read_text())
+        for p in folder.glob("advice-*.json")
+    }
+    assert len(rows) == 2 * len(advice) >= 8
+    rates = [float(row[1].rstrip("%")) for row in rows]
+    assert rates == sorted(rates)
+    for level, rate, arm, forecast in rows:
+        methods = {method["name"]: method for method in advice[level]["methods"]}
+        ratio, low, high = map(float, re.match(r"([\d.]+)x \(([\d.]+)-([\d.]+)\)", forecast).groups())
+        assert ratio == round(methods[arm]["versus_grpo"]["signal_per_step"], 2)
+        assert low <= ratio <= high and rate == f"{advice[level]['sample']['mean_pass_rate']:.1%}"
+    page = (ROOT / "docs" / "benchmarks" / "map-tiny.md").read_text()
+    assert output.strip() in page

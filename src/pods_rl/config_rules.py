@@ -94,6 +94,23 @@ def check_selection_fields(fields: Mapping[str, Any], *, section: str = "") -> N
     _check_allocation_fields(values, section)
 
 
+def check_async_fields(fields: Mapping[str, Any], *, section: str = "") -> None:
+    """Raise ValueError naming the first of `fields` that an asynchronous trainer cannot apply: it scores one group
+    of n at a time (`pods_rl.trainer.async_selection`), so nothing that needs several groups together or groups of
+    another size. The rules of `check_selection_fields` apply besides."""
+    values = {"scale_rewards": "group", "multi_objective_aggregation": "sum_then_normalize", **PODS_DEFAULTS, **fields}
+    alone = "and each group is scored alone"
+    refused = {  # name: (the values allowed, why another cannot apply)
+        "selection_budget": (("per_prompt",), f"'batch' spreads rows over a block of groups, {alone}"),
+        "rollout_allocation": (("none",), "it sizes each prompt's pool, and the worker generates n for every prompt"),
+        "scale_rewards": (("group", "none", True, False), f"'batch' divides by a batch's std, {alone}"),
+        "multi_objective_aggregation": (("sum_then_normalize",), f"'normalize_then_sum' scales over a batch, {alone}"),
+    }
+    for name, (allowed, why) in refused.items():
+        if values[name] not in allowed:
+            raise ValueError(f"{section}{name}={values[name]!r} cannot apply to asynchronous training: {why}.")
+
+
 def _check_allocation_fields(values: Mapping[str, Any], section: str) -> None:
     """The rollout-allocation options (`pods_rl.core.allocation`) on their own and against n, m and the rule; `values`
     holds every field (defaults filled in), the names of the modes already checked."""

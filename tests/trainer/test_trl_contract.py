@@ -92,3 +92,22 @@ def test_the_generation_buffer_is_what_pods_checkpoints():
     assert "if self._step % generate_every == 0 or self._buffered_inputs is None:" in source
     assert "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]" in source
     assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
+
+
+def test_the_async_worker_scores_one_group_where_pods_selects():
+    """What `pods_rl.trainer.async_selection` relies on in TRL 1.16's asynchronous GRPO (experimental, private): the
+    worker runs a loop class it holds as `_loop_cls` with `_loop_kwargs`; the loop's `_score_group(group)` returns
+    one sample per training row, each with per-function rewards in `metrics` and a settable `advantage`."""
+    import dataclasses
+
+    from trl.experimental.async_grpo import async_rollout_worker as worker
+
+    assert inspect.iscoroutinefunction(worker._AsyncRolloutLoop._score_group)
+    assert list(inspect.signature(worker._AsyncRolloutLoop._score_group).parameters) == ["self", "group"]
+    source = inspect.getsource(worker.AsyncRolloutWorker)
+    assert "self._loop_cls" in source and "self._loop_kwargs" in source
+    sample_fields = {f.name for f in dataclasses.fields(worker.RolloutSample)}
+    assert {"advantage", "metrics", "group_id", "model_version"} <= sample_fields
+    group_fields = {f.name for f in dataclasses.fields(worker.RolloutGroup)}
+    assert {"completions_ids", "completions_sequences", "model_version", "group_id"} <= group_fields
+    assert 'f"rewards/{name}"' in inspect.getsource(worker._AsyncRolloutLoop._score_group)

@@ -174,3 +174,31 @@ def test_rewards_are_read_back_per_completion_or_refused():
     _, samples = scored_group(["4", "5"], [2, 1])
     with pytest.raises(ValueError, match="3 samples for 2 rows of 2 completions"):
         rewards_of(samples, [1, 1], ["correct", "short"])
+
+
+def test_the_worker_loop_queues_the_selected_rows_and_counts_what_it_dropped():
+    """`PODSRolloutLoop._score_group` is TRL's scoring then the selection, with the worker's counters; its
+    settings travel as plain data (pickled into the worker's process)."""
+    import pickle
+    from collections import defaultdict
+
+    from pods_rl.trainer.async_worker import PODSRolloutLoop, group_selection, selection_kwargs
+
+    data = selection_kwargs(settings(), [1.0, 1.0], dynamic_sampling=True, drop_limit=5, seed=0)
+    assert pickle.loads(pickle.dumps(data)) == data
+    loop = object.__new__(PODSRolloutLoop)
+    loop.reward_funcs, loop.reward_func_names = [correct, short], ["correct", "short"]
+    loop._env_reward_types, loop._provides_rollout_reward = [], False
+    loop._selection, loop._counters = group_selection(data), defaultdict(float)
+    varied, _ = scored_group(["4", "5", "4", "6"], [1, 1, 1, 1])
+    equal, _ = scored_group(["5", "6", "7", "8"], [1, 1, 1, 1])
+    kept = asyncio.run(loop._score_group(varied))  # rewards 1.1, 0.1, 1.1, 0.1: one right and one wrong kept
+    assert sorted("4" in s.completion[0]["content"] for s in kept) == [False, True]
+    spread = 0.5 / (math.sqrt(0.5) + 1e-4)  # (reward - mean) / (unbiased std of the two + 1e-4)
+    assert sorted(s.advantage for s in kept) == [pytest.approx(-spread), pytest.approx(spread)]
+    assert asyncio.run(loop._score_group(equal)) == []
+    assert dict(loop._counters) == {
+        "pods/groups_scored_total": 2.0,
+        "pods/rollouts_generated_total": 8.0,
+        "pods/groups_dropped_total": 1.0,
+    }

@@ -111,3 +111,14 @@ def test_the_async_worker_scores_one_group_where_pods_selects():
     group_fields = {f.name for f in dataclasses.fields(worker.RolloutGroup)}
     assert {"completions_ids", "completions_sequences", "model_version", "group_id"} <= group_fields
     assert 'f"rewards/{name}"' in inspect.getsource(worker._AsyncRolloutLoop._score_group)
+
+
+def test_the_async_trainer_names_pods_replaces_on_a_cpu():
+    """PODSAsyncTrainer replaces two module-level names of TRL's async trainer on a CPU: the MFU query and the packed
+    trie attention's registered name."""
+    import trl.experimental.async_grpo.async_grpo_trainer as trainer_module
+    from trl.experimental.async_grpo import packing
+
+    assert "get_peak_flops_per_device(" in inspect.getsource(trainer_module.AsyncGRPOTrainer.__init__)
+    assert hasattr(trainer_module, "get_peak_flops_per_device") and isinstance(packing.TREE_ATTENTION, str)
+    assert "_loop_kwargs" not in inspect.signature(trainer_module.AsyncGRPOTrainer.__init__).parameters

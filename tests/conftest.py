@@ -31,6 +31,15 @@ def tiny_model_dir(tmp_path_factory):
     return build_tiny(recipe, cache_dir=tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_step_costs(tmp_path_factory):
+    """Module- and session-scoped fixtures that train (set up before any test's own fixtures) keep their start-up
+    measurements in the session's file, never the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PODS_RL_STEP_COSTS", str(tmp_path_factory.mktemp("session-step-costs") / "step-costs.json"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def step_costs_file(tmp_path_factory, monkeypatch):
     """Each test keeps its own start-up measurements (`pods_rl.run.step_costs`), never the user's cache: a `pods

@@ -89,10 +89,14 @@ class TinyRecipe:
 # runs that generate with vLLM build this variant, 2 heads of 32, otherwise the same recipe.
 VLLM_RECIPE = dataclasses.replace(TinyRecipe(), num_heads=2)
 
-# What `model_options` may change in the tiny model's warm start (the settings check types and ranges): the share of
-# flawed demonstrations sets how often the warm-started model answers right (its base pass rate), `sft_steps` how
-# long it is fitted, `seed` its initialisation and which demonstrations are flawed.
-WARM_START_OPTIONS = ("flawed_fraction", "sft_steps", "seed")
+# What `model_options` may change in the tiny model's warm start, with the type and range of each (the run settings
+# check them): the share of flawed demonstrations sets how often the warm-started model answers right (its base pass
+# rate), `sft_steps` how long it is fitted, `seed` its initialisation and which demonstrations are flawed.
+WARM_START_OPTIONS: dict[str, tuple[type, float, float]] = {
+    "flawed_fraction": (float, 0.0, 1.0),
+    "sft_steps": (int, 0, 100_000),
+    "seed": (int, 0, 2**32 - 1),
+}
 
 
 def tiny_recipe(options: dict | None = None, *, vllm: bool = False) -> TinyRecipe:

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from pods_rl.config_rules import check_batch_fields, check_selection_fields, check_vllm
+from pods_rl.models.tiny import WARM_START_OPTIONS
 from pods_rl.run.field_types import FIELD_TYPES
 from pods_rl.tasks.names import check_task_name
 
@@ -269,24 +270,17 @@ def _section_model(model: type[BaseModel], path: list[str]) -> type[BaseModel]:
     return model
 
 
-# model_options: the tiny model's warm start (`pods_rl.models.tiny.WARM_START_OPTIONS`), with the values each takes.
-MODEL_OPTIONS: dict[str, tuple[type, float, float]] = {
-    "flawed_fraction": (float, 0.0, 1.0),
-    "sft_steps": (int, 0, 100_000),
-    "seed": (int, 0, 2**32 - 1),
-}
-
-
 def check_model_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Each key of `model_options` is a warm-start option of the tiny model, its value a number in range."""
+    """Each key of `model_options` is a warm-start option of the tiny model (`WARM_START_OPTIONS`), its value a
+    number of its type in its range."""
     for key, value in options.items():
-        if key not in MODEL_OPTIONS:
-            raise ValueError(f"model_options.{key}: not an option; the tiny model takes {list(MODEL_OPTIONS)}")
-        kind, low, high = MODEL_OPTIONS[key]
+        if key not in WARM_START_OPTIONS:
+            raise ValueError(f"model_options.{key}: not an option; the tiny model takes {list(WARM_START_OPTIONS)}")
+        kind, low, high = WARM_START_OPTIONS[key]
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or (kind is int and not isinstance(value, int)) or not low <= value <= high:
             raise ValueError(f"model_options.{key}: {value!r} is not {kind.__name__} in [{low}, {high}]")
-    return {key: float(value) if MODEL_OPTIONS[key][0] is float else value for key, value in options.items()}
+    return {key: float(value) if WARM_START_OPTIONS[key][0] is float else value for key, value in options.items()}
 
 
 def check_data_files(data_files: Any) -> None:

@@ -333,3 +333,43 @@ def test_the_maps_forecast_table_is_the_committed_forecasts_and_the_page_shows_i
         assert low <= ratio <= high and rate == f"{advice[level]['sample']['mean_pass_rate']:.1%}"
     page = (ROOT / "docs" / "benchmarks" / "map-tiny.md").read_text()
     assert output.strip() in page
+
+
+def test_the_maps_calibration_scores_each_finished_level_against_its_forecast(tmp_path, monkeypatch) -> None:
+    """benchmarks/map_calibration.py on a level with a (synthetic) report: each arm's forecast beside the measured
+    steps speedup, whether the interval holds it and whether a resolved verdict points its way; levels without a
+    report are not scored; Spearman's exact permutation p-value is the share of orderings at least as extreme."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from map_calibration import spearman
+
+    folder = ROOT / "benchmarks" / "results" / "map-tiny"
+    for level in ("flawed-0.9", "flawed-0.6"):
+        shutil.copy(folder / f"advice-{level}.json", tmp_path / f"advice-{level}.json")
+    (tmp_path / "flawed-0.9").mkdir()
+    steps = {
+        "pods": {"estimate": 1.9, "low": 1.2, "high": 2.4, "verdict": "faster"},  # misses 2.58x; agrees
+        "grpo-ds": {"estimate": 0.8, "low": 0.5, "high": None, "verdict": "slower"},  # holds 3.00x, disagrees
+    }
+    report = {
+        "arms": {
+            arm: {
+                "vs_baseline": {
+                    "steps_to_target": {key: value for key, value in figure.items() if key != "verdict"},
+                    "verdicts": {"steps_to_target": figure["verdict"]},
+                }
+            }
+            for arm, figure in steps.items()
+        }
+    }
+    (tmp_path / "flawed-0.9" / "comparison.json").write_text(json.dumps(report))
+    output = run_benchmark("map_calibration.py", str(tmp_path))
+    lines = [line.split("|")[1:-1] for line in output.splitlines() if line.startswith("| flawed")]
+    assert [[cell.strip() for cell in line] for line in lines] == [
+        ["flawed-0.9", "10.0%", "pods", "2.58x", "1.90x (1.20-2.40)", "no", "faster", "agrees"],
+        ["flawed-0.9", "10.0%", "grpo-ds", "3.00x", "0.80x (0.50-inf)", "yes", "slower", "disagrees"],
+    ]
+    assert "2 pair(s) with an estimate: too few for a rank correlation" in output
+    assert spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == (pytest.approx(1.0), pytest.approx(2 / 120))
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == (pytest.approx(-1.0), pytest.approx(2 / 24))

@@ -1,0 +1,110 @@
+"""How well `pods advise`'s forecast predicted the difficulty map (issue 65 item 2; the rule was committed before the
+runs, docs/benchmarks/map-tiny.md): per finished level and arm, the forecast signal per step over GRPO m/m's beside
+the measured speedup in steps to target (GRPO's steps / the arm's, at the report's target), whether the measured 95%
+interval holds the forecast, whether the direction agrees where the primary verdict resolved; then Spearman's rank
+correlation over all (level, arm) pairs with its exact permutation p-value (every ordering when there are at most 9
+pairs, else 100,000 seeded draws).
+
+    python benchmarks/map_calibration.py [benchmarks/results/map-tiny]
+
+A level counts once its folder `flawed-F/` holds comparison.json (`pods compare --report` writes an interim one);
+the forecasts are the folder's `advice-flawed-F.json`, read by `map_forecast.level_forecast`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from map_forecast import level_forecast
+from scipy.stats import rankdata
+
+PERMUTATIONS = 100_000
+
+
+def pairs(folder: Path) -> list[dict]:
+    """One record per finished (level, arm): forecast, measured estimate and interval, verdict."""
+    records = []
+    for advice_path in sorted(folder.glob("advice-*.json")):
+        level = advice_path.stem.removeprefix("advice-")
+        report_path = folder / level / "comparison.json"
+        if not report_path.exists():
+            continue
+        advice, report = json.loads(advice_path.read_text()), json.loads(report_path.read_text())
+        for arm, forecast in level_forecast(advice).items():
+            versus = report["arms"][arm]["vs_baseline"]
+            steps = versus["steps_to_target"]
+            records.append(
+                {
+                    "level": level,
+                    "pass_rate": advice["sample"]["mean_pass_rate"],
+                    "arm": arm,
+                    "forecast": forecast["ratio"],
+                    "estimate": steps["estimate"],
+                    "low": steps["low"],
+                    "high": steps["high"],
+                    "verdict": versus["verdicts"]["steps_to_target"],
+                }
+            )
+    return records
+
+
+def holds(record: dict) -> bool | None:
+    """Whether the measured interval holds the forecast (None: no interval)."""
+    if record["low"] is None and record["high"] is None:
+        return None
+    low = record["low"] if record["low"] is not None else 0.0
+    high = record["high"] if record["high"] is not None else math.inf
+    return low <= record["forecast"] <= high
+
+
+def direction_agrees(record: dict) -> bool | None:
+    """Where the primary verdict resolved (faster or slower), whether the forecast points the same way."""
+    if record["verdict"] not in ("faster", "slower"):
+        return None
+    return (record["forecast"] > 1) == (record["verdict"] == "faster")
+
+
+def spearman(forecast: list[float], measured: list[float], seed: int = 0) -> tuple[float, float]:
+    """Spearman's rho (ranks, ties averaged) and its two-sided permutation p-value: exact over every ordering of the
+    measured ranks for up to 9 pairs, else `PERMUTATIONS` seeded draws."""
+    x, y = rankdata(forecast), rankdata(measured)
+    if len(x) <= 9:
+        orderings = np.array(list(itertools.permutations(y)))
+    else:
+        rng = np.random.default_rng(seed)
+        orderings = np.array([rng.permutation(y) for _ in range(PERMUTATIONS)])
+    xc = (x - x.mean()) / np.linalg.norm(x - x.mean())
+    centred = orderings - orderings.mean(axis=1, keepdims=True)
+    values = centred @ xc / np.linalg.norm(centred, axis=1)
+    rho = float(np.corrcoef(x, y)[0, 1])
+    return rho, float(np.mean(np.abs(values) >= abs(rho) - 1e-12))
+
+
+def main(folder: Path) -> None:
+    records = pairs(folder)
+    print("| level | base pass rate | arm | forecast | measured steps speedup (95%) | holds | verdict | direction |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in records:
+        high = "inf" if r["high"] is None else f"{r['high']:.2f}"
+        interval = "none" if r["low"] is None else f"{r['low']:.2f}-{high}"
+        measured = "no estimate" if r["estimate"] is None else f"{r['estimate']:.2f}x ({interval})"
+        agrees = {True: "agrees", False: "disagrees", None: "-"}[direction_agrees(r)]
+        print(
+            f"| {r['level']} | {r['pass_rate']:.1%} | {r['arm']} | {r['forecast']:.2f}x | {measured} | "
+            f"{ {True: 'yes', False: 'no', None: '-'}[holds(r)] } | {r['verdict']} | {agrees} |"
+        )
+    scored = [r for r in records if r["estimate"] is not None]
+    if len(scored) >= 3:
+        rho, p = spearman([r["forecast"] for r in scored], [r["estimate"] for r in scored])
+        print(f"\nSpearman's rank correlation over {len(scored)} pairs: {rho:+.2f} (permutation p = {p:.3f})")
+    else:
+        print(f"\n{len(scored)} pair(s) with an estimate: too few for a rank correlation")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results" / "map-tiny")

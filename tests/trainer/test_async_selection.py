@@ -108,6 +108,14 @@ def short(completions, **kwargs):
     return [None if "x" in completion[0]["content"] else 0.1 for completion in completions]
 
 
+def bare_loop(cls):
+    """A rollout loop object with only what scoring reads: the two reward functions, no environments."""
+    loop = object.__new__(cls)
+    loop.reward_funcs, loop.reward_func_names = [correct, short], ["correct", "short"]
+    loop._env_reward_types, loop._provides_rollout_reward = [], False
+    return loop
+
+
 def scored_group(texts, rows_per_completion, version=3):
     """TRL's real `_score_group` on a hand-built group: a loop object with only what scoring reads."""
     from accelerate import PartialState
@@ -118,9 +126,7 @@ def scored_group(texts, rows_per_completion, version=3):
     )
 
     PartialState()  # TRL's logger needs accelerate's state, as the worker's process has it
-    loop = object.__new__(_AsyncRolloutLoop)
-    loop.reward_funcs, loop.reward_func_names = [correct, short], ["correct", "short"]
-    loop._env_reward_types, loop._provides_rollout_reward = [], False
+    loop = bare_loop(_AsyncRolloutLoop)
     sequences = [
         [TrainingSequence([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], rollout_id=0)] * rows for rows in rows_per_completion
     ]
@@ -186,9 +192,7 @@ def test_the_worker_loop_queues_the_selected_rows_and_counts_what_it_dropped():
 
     data = selection_kwargs(settings(), [1.0, 1.0], dynamic_sampling=True, drop_limit=5, seed=0)
     assert pickle.loads(pickle.dumps(data)) == data
-    loop = object.__new__(PODSRolloutLoop)
-    loop.reward_funcs, loop.reward_func_names = [correct, short], ["correct", "short"]
-    loop._env_reward_types, loop._provides_rollout_reward = [], False
+    loop = bare_loop(PODSRolloutLoop)
     loop._selection, loop._counters = group_selection(data), defaultdict(float)
     varied, _ = scored_group(["4", "5", "4", "6"], [1, 1, 1, 1])
     equal, _ = scored_group(["5", "6", "7", "8"], [1, 1, 1, 1])

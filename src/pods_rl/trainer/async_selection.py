@@ -19,6 +19,7 @@ What differs from the synchronous trainer, and why:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,15 +90,18 @@ class GroupSelection:
         return GroupChoice(kept, [float(advantages[i]) for i in kept], metrics)
 
 
+def first_rows(rows_per_completion: Sequence[int]) -> list[int]:
+    """The index of each completion's first training row, its rows being consecutive."""
+    return [0, *itertools.accumulate(rows_per_completion)][:-1]
+
+
 def rewards_of(samples: Sequence[Any], rows_per_completion: Sequence[int], names: Sequence[str]) -> torch.Tensor:
     """(completions, functions) rewards read back from TRL's samples (`metrics["rewards/<name>"]`, NaN where a
     function returned None), one completion's rows being consecutive."""
-    firsts, row = [], 0
-    for rows in rows_per_completion:
-        firsts.append(row)
-        row += rows
-    if row != len(samples):
-        raise ValueError(f"{len(samples)} samples for {row} rows of {len(rows_per_completion)} completions")
+    firsts = first_rows(rows_per_completion)
+    if sum(rows_per_completion) != len(samples):
+        total = sum(rows_per_completion)
+        raise ValueError(f"{len(samples)} samples for {total} rows of {len(rows_per_completion)} completions")
     values = [[samples[first].metrics[f"rewards/{name}"] for name in names] for first in firsts]
     return torch.tensor(values, dtype=torch.float64).view(len(firsts), len(names))
 
@@ -114,11 +118,7 @@ def select_samples(
     PODS's and the group's `pods/` metrics added to its metrics; none for a dropped group."""
     choice = selection.choose(rewards_of(samples, rows_per_completion, names), model_tokens, version)
     kept = []
-    first = 0
-    starts = []
-    for rows in rows_per_completion:
-        starts.append(first)
-        first += rows
+    starts = first_rows(rows_per_completion)
     for completion, advantage in zip(choice.kept, choice.advantages, strict=True):
         for sample in samples[starts[completion] : starts[completion] + rows_per_completion[completion]]:
             sample.advantage = advantage

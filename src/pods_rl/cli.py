@@ -49,6 +49,8 @@ def _cli_overrides(**options: Any) -> list[dict[str, Any]]:
             for key in reversed(path):
                 value = {key: value}
             overrides.append(value)
+    if options.get("asynchronous"):
+        overrides.append({"asynchronous": {}})
     if options.get("lora_r"):
         overrides.append({"lora": {"r": options["lora_r"], "lora_alpha": 2 * options["lora_r"]}})
     overrides.extend(parse_override(text) for text in options.get("set") or [])
@@ -87,6 +89,14 @@ def train(
             help="Generate with vLLM in this process (trainer.use_vllm; needs `make vllm`'s environment).",
         ),
     ] = None,
+    asynchronous: Annotated[
+        bool,
+        typer.Option(
+            "--async",
+            help="Generate on a vLLM server while training (the `asynchronous` settings; needs `make vllm`'s "
+            "environment, see docs/async.md).",
+        ),
+    ] = False,
     set: Annotated[
         list[str] | None,
         typer.Option(
@@ -123,6 +133,7 @@ def train(
             eval_every=eval_every,
             lora_r=lora_r,
             vllm=vllm,
+            asynchronous=asynchronous,
             set=set,
         )
         if resume is not None:
@@ -308,7 +319,7 @@ def compare(
         typer.Option(
             "--arm",
             help="Run this arm (repeatable). Default: grpo, pods, grpo-ds, pods-ds; also built in: grpo-pool, "
-            "pods-random, pods-max-reward.",
+            "pods-random, pods-max-reward, and grpo-async, pods-async, pods-ds-async (docs/async.md).",
         ),
     ] = None,
     seed: Annotated[list[int] | None, typer.Option("--seed", help="Seeds to run (repeatable).")] = None,

@@ -482,6 +482,29 @@ def test_default_arms_are_grpo_pods_and_dynamic_sampling_with_seeds_that_can_res
     assert list(changed.arms) == ["grpo", "pods", "pods-random", "grpo-ds", "pods-ds", "pods-8"]
 
 
+def test_async_arms(monkeypatch):
+    """grpo-async, pods-async and pods-ds-async are the GRPO, PODS and PODS-with-dynamic-sampling arms trained
+    asynchronously; where vLLM is missing, or on a CPU without LoRA, the comparison stops in one line before any run."""
+    import importlib.util
+
+    import pods_rl.versions
+
+    arms = ["grpo-async", "pods-async", "pods-ds-async"]
+    with pytest.raises(ValueError, match="arm 'grpo-async': asynchronous training needs vllm"):
+        resolve_compare(None, [], only=arms)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "aiohttp" else real(name, *a))
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
+    with pytest.raises(ValueError, match=r"arm 'grpo-async': asynchronous training on a CPU .* add --lora-r 8"):
+        resolve_compare(None, [], only=arms)
+    settings = resolve_compare(None, [{"lora": {"r": 8}}], only=arms)
+    runs = {name: settings.arm_settings(name, 0) for name in arms}
+    assert all(run.asynchronous is not None and run.asynchronous.max_staleness == 2 for run in runs.values())
+    sizes = {name: (run.trainer["num_generations"], run.trainer["num_selected"], run.trainer.get("dynamic_sampling"))
+             for name, run in runs.items()}  # fmt: skip
+    assert sizes == {"grpo-async": (4, 4, None), "pods-async": (16, 4, None), "pods-ds-async": (16, 4, True)}
+
+
 def test_unknown_arm_is_rejected():
     with pytest.raises(ValueError, match="Unknown arm"):
         resolve_compare(None, [], only=["nope"])

@@ -280,3 +280,25 @@ def test_staging_folders_are_never_resumed_from(reference, tmp_path):
     shutil.copytree(out / "checkpoint-6", out / "_tmp-checkpoint-8" / "checkpoint-8")
     shutil.copytree(out / "checkpoint-6", out / "_tmp-checkpoint-10")
     assert resume_point(out) == (out / "checkpoint-6", None)
+
+
+def test_an_asynchronous_checkpoint_needs_trls_rollout_position_and_the_groups_it_trained(tmp_path):
+    """An asynchronous run's checkpoint holds TRL's rollout position and `async_state.json`, not the synchronous
+    trainer's data and sampler state: each is required (and its keys) when, and only when, the run is asynchronous."""
+    from safetensors.torch import save_file
+
+    checkpoint = tmp_path / "run" / "checkpoint-3"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 3, "stateful_callbacks": {}}))
+    save_file({"w": torch.zeros(2)}, str(checkpoint / "adapter_model.safetensors"))
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch.save({"x": 1}, checkpoint / name)
+    (checkpoint / "rollout_state.json").write_text(json.dumps({"prompt_index": 9, "model_version": 4}))
+    (checkpoint / "async_state.json").write_text(json.dumps({"start": 0, "trained_groups": [], "dropped_groups": []}))
+    assert damage(checkpoint, asynchronous=True) is None
+    assert damage(checkpoint) == "pods_data_state.json is missing"
+    assert resume_point(tmp_path / "run", asynchronous=True) == (checkpoint, None)
+    (checkpoint / "rollout_state.json").write_text(json.dumps({"model_version": 4}))
+    assert damage(checkpoint, asynchronous=True) == "rollout_state.json: lacks prompt_index"
+    (checkpoint / "async_state.json").unlink()
+    assert damage(checkpoint, asynchronous=True) == "async_state.json is missing"

@@ -140,6 +140,18 @@ CASES = {
         lambda tmp: [*ALLOCATE_HISTORY, "--set", "trainer.generation_budget=1"],
         ["trainer.generation_budget (1) is below the rows trained per generation"],
     ),
+    "allocation in asynchronous training": (
+        lambda tmp: ["--async", *ALLOCATE_SCREEN, "--set", "trainer.screen_size=4"],
+        ["trainer.rollout_allocation='screen' cannot apply to asynchronous training", "generates n for every prompt"],
+    ),
+    "in-process vLLM in asynchronous training": (
+        lambda tmp: ["--async", "--vllm"],
+        ["trainer.use_vllm: asynchronous training generates on its vLLM server; drop it"],
+    ),
+    "staleness negative": (
+        lambda tmp: ["--async", "--set", "asynchronous.max_staleness=-1"],
+        ["asynchronous.max_staleness: input should be greater than or equal to 0, got -1"],
+    ),
 }
 
 
@@ -522,6 +534,35 @@ def test_vllm_without_vllm_installed_fails_before_the_model_loads(no_model_loadi
     result = runner.invoke(app, ["train", "--vllm", "--output-dir", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "use_vllm=True needs vLLM" in result.output and "make vllm" in result.output
+
+
+def test_async_flag_and_its_environment(no_model_loading, monkeypatch, tmp_path):
+    """`--async` adds the `asynchronous` section; without vLLM and aiohttp it fails in one line naming them."""
+    import importlib.util
+
+    assert _cli_overrides(asynchronous=True) == [{"asynchronous": {}}]
+    assert _cli_overrides(asynchronous=False) == []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else real(name, *a))
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: False)
+    result = runner.invoke(app, ["train", "--async", "--output-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "asynchronous training needs vllm and aiohttp, which this environment lacks" in output
+    assert "make vllm" in output
+
+
+def test_async_on_a_cpu_needs_lora(no_model_loading, monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "aiohttp" else real(name, *a))
+    monkeypatch.setattr(pods_rl.versions, "vllm_installed", lambda: True)
+    result = runner.invoke(app, ["train", "--async", "--output-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "asynchronous training on a CPU sends the policy to the vLLM server as a LoRA adapter: add --lora-r 8" in (
+        " ".join(result.output.split())
+    )
 
 
 def test_resume_of_a_run_without_a_checkpoint(tmp_path):

@@ -182,18 +182,20 @@ def test_rewards_are_read_back_per_completion_or_refused():
         rewards_of(samples, [1, 1], ["correct", "short"])
 
 
-def test_the_worker_loop_queues_the_selected_rows_and_counts_what_it_dropped():
-    """`PODSRolloutLoop._score_group` is TRL's scoring then the selection, with the worker's counters; its
-    settings travel as plain data (pickled into the worker's process)."""
+def test_the_worker_loop_queues_the_selected_rows_and_counts_what_it_dropped(tmp_path):
+    """`PODSRolloutLoop._score_group` is TRL's scoring then the selection, with the worker's counters and one record
+    line per scored group; its settings travel as plain data (pickled into the worker's process)."""
     import pickle
     from collections import defaultdict
 
-    from pods_rl.trainer.async_worker import PODSRolloutLoop, group_selection, selection_kwargs
+    from pods_rl.trainer.async_worker import PODSRolloutLoop, group_selection, read_group_records, selection_kwargs
 
-    data = selection_kwargs(settings(), [1.0, 1.0], dynamic_sampling=True, drop_limit=5, seed=0)
+    record = tmp_path / "groups.jsonl"
+    data = selection_kwargs(settings(), [1.0, 1.0], dynamic_sampling=True, drop_limit=5, seed=0, record=str(record))
     assert pickle.loads(pickle.dumps(data)) == data
     loop = bare_loop(PODSRolloutLoop)
     loop._selection, loop._counters = group_selection(data), defaultdict(float)
+    loop._record, loop._start = data["record"], 40
     varied, _ = scored_group(["4", "5", "4", "6"], [1, 1, 1, 1])
     equal, _ = scored_group(["5", "6", "7", "8"], [1, 1, 1, 1])
     kept = asyncio.run(loop._score_group(varied))  # rewards 1.1, 0.1, 1.1, 0.1: one right and one wrong kept
@@ -206,3 +208,29 @@ def test_the_worker_loop_queues_the_selected_rows_and_counts_what_it_dropped():
         "pods/rollouts_generated_total": 8.0,
         "pods/groups_dropped_total": 1.0,
     }
+    first, second = read_group_records(record)
+    assert (first["start"], first["version"], first["dropped"], second["dropped"]) == (40, 3, False, True)
+    assert first["rewards"] == [[1.0, 0.1], [0.0, 0.1], [1.0, 0.1], [0.0, 0.1]] and first["tokens"] == [1, 1, 1, 1]
+    assert len(first["kept"]) == 2 and sorted(first["advantages"]) == [pytest.approx(-spread), pytest.approx(spread)]
+    assert (second["kept"], second["advantages"]) == ([], [])
+
+
+@pytest.mark.parametrize("unseeded", [True, False])
+def test_the_worker_drops_trls_request_seed_only_for_a_cpu_server(monkeypatch, unseeded):
+    """vLLM's CPU worker dies rewinding a seeded request's generator: there the loop sends requests unseeded."""
+    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
+
+    from pods_rl.trainer.async_worker import PODSRolloutLoop
+
+    sent = []
+
+    async def post(self, path, payload, timeout, max_retries=3):
+        sent.append((path, payload, timeout, max_retries))
+        return {}
+
+    monkeypatch.setattr(_AsyncRolloutLoop, "_post", post)
+    loop = bare_loop(PODSRolloutLoop)
+    loop._unseeded = unseeded
+    asyncio.run(loop._post("/v1/completions", {"prompt": [1, 2], "seed": 7}, 30.0, 5))
+    expected = {"prompt": [1, 2]} if unseeded else {"prompt": [1, 2], "seed": 7}
+    assert sent == [("/v1/completions", expected, 30.0, 5)]

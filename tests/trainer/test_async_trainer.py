@@ -136,3 +136,27 @@ def test_reward_weights_must_match_the_reward_functions(tmp_path):
             train_dataset=prompt_dataset(), processing_class=tokenizer, rollout_worker=QueueWorker(),
             weight_transfer=Transfer(),
         )  # fmt: skip
+
+
+def test_an_asynchronous_step_is_logged_in_the_synchronous_trainers_terms():
+    """What `pods compare`'s cost model reads, per step: the trainer's wait as generation time, the update with a
+    step's share of the weight sync, rollouts and tokens generated over the window's steps (not per group)."""
+    from types import SimpleNamespace
+
+    from pods_rl.trainer.async_trainer import AsyncStepCosts
+
+    costs = AsyncStepCosts(weight_sync_steps=2)
+    logs = {
+        "perf/rollout_wait_s": 1.5, "perf/fwd_bwd_s": 2.0, "perf/optimizer_s": 0.25, "perf/weight_sync_s": 1.0,
+        "pods/groups_scored_total": 30.0, "pods/rollouts_generated_total": 480.0, "pods/rollouts_generated": 16.0,
+        "pods/tokens_generated": 200.0, "batch/samples_per_step": 64.0, "batch/trained_tokens_per_step": 900.0,
+    }  # fmt: skip
+    costs.on_log(None, SimpleNamespace(global_step=3), None, logs=logs)  # a window of 3 steps
+    assert {key: value for key, value in logs.items() if key.startswith("pods/time") or "rollouts" in key} == {
+        "pods/time_generate": 1.5, "pods/time_score": 0.0, "pods/time_select": 0.0, "pods/time_update": 2.75,
+        "pods/rollouts_generated_total": 480.0, "pods/rollouts_generated": 160.0, "pods/rollouts_trained": 64.0,
+    }  # fmt: skip
+    assert (logs["pods/tokens_generated"], logs["pods/tokens_trained"]) == (2000.0, 900.0)
+    quiet = {"loss": 0.1}
+    costs.on_log(None, SimpleNamespace(global_step=4), None, logs=quiet)  # an evaluation's or TRL's other logs
+    assert quiet == {"loss": 0.1}

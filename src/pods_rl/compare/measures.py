@@ -383,17 +383,23 @@ def step_measures(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def projections(
-    arms: dict[str, dict[str, Any]], baseline: str, cost_model: CostModel, cost_models: list[StepCost]
+    arms: dict[str, dict[str, Any]],
+    baseline: str,
+    cost_model: CostModel,
+    cost_models: list[StepCost],
+    asynchronous: set[str] = frozenset(),
 ) -> None:
     """Each arm's steps-to-target speedup turned into a time-to-target speedup by a step cost: the measured seconds
     per step (on each machine that ran both arms, when the runs ran on several), the fitted cost model, and
     `cost_models` (the built-in references and the user's).
     The projection is the steps speedup x the baseline's step cost / the arm's; its interval the steps interval's,
-    scaled the same (the cost taken as known). Written into each arm's "vs_baseline"."""
+    scaled the same (the cost taken as known). Written into each arm's "vs_baseline". The fitted and reference
+    costs are of a synchronous step (generation, then the update): an arm in `asynchronous`, or a baseline there,
+    gets the measured cost alone (the others None: not projected)."""
     base = arms[baseline]
     base_generated, base_trained = base["per_step"]["rollouts_generated"], base["per_step"]["rollouts_trained"]
     base_machines = base.get("seconds_per_step_by_machine") or {}
-    for arm in arms.values():
+    for arm_name, arm in arms.items():
         versus = arm["vs_baseline"]
         if versus is None or versus["steps_to_target"] is None:
             continue
@@ -416,7 +422,7 @@ def projections(
                     base["seconds_per_step"]["total"],
                 )
             }
-        costs |= {
+        synchronous_costs = {
             "this machine, fitted": (
                 "this comparison's cost model",
                 cost_model.step_seconds(generated, trained),
@@ -424,11 +430,15 @@ def projections(
             ),
         }
         for cost in cost_models:
-            costs[cost.name] = (
+            synchronous_costs[cost.name] = (
                 cost.source,
                 cost.step_seconds(generated, trained, base_trained),
                 cost.step_seconds(base_generated, base_trained, base_trained),
             )
+        if asynchronous & {baseline, arm_name}:
+            why = "not projected: an asynchronous step overlaps generation and the update"
+            synchronous_costs = {key: (why, None, None) for key in synchronous_costs}
+        costs |= synchronous_costs
         steps = versus["steps_to_target"]
         rows = {}
         for name, (source, arm_seconds, base_seconds) in costs.items():
@@ -474,8 +484,10 @@ def summarize(
     targets = [] if target is None else reported_targets(settings, clocked, target)
     if saved_steps is None:
         saved_steps = {name: step_measures(runs) for name, runs in records.items()}
+    # The cost model is a synchronous step's (generate, then update): fit on the synchronous arms where there are any.
+    synchronous = [name for name in records if not settings.asynchronous(name)] or list(records)
     cost_model = saved_cost_model or CostModel.fit(
-        [step for runs in records.values() for run in runs for step in run["step"]]
+        [step for name in synchronous for run in records[name] for step in run["step"]]
     )
     arms = {}
     for name, runs in records.items():
@@ -518,7 +530,7 @@ def summarize(
     verdicts, family = decide(compared, clock, settings.primary_measure, earlier, looks, _max_seeds(settings))
     cost_models = [*REFERENCE_COSTS, *StepCost.check_all(settings.cost_models or [], "cost_models")]
     if compared:
-        projections(arms, baseline, cost_model, cost_models)
+        projections(arms, baseline, cost_model, cost_models, {name for name in arms if settings.asynchronous(name)})
     seeds_left = [seed for seed in planned_seeds or [] if seed not in settings.seeds]
     return {
         "settings": settings.to_dict(),

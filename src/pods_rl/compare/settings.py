@@ -35,7 +35,8 @@ DEFAULT_ARMS = ("grpo", "pods", "grpo-ds", "pods-ds")
 
 def default_arms() -> dict[str, dict[str, Any]]:
     """Every built-in arm: GRPO with n = m, GRPO on the whole pool (n = m = pool), PODS n -> m with each selection
-    rule, and GRPO and PODS with dynamic sampling."""
+    rule, GRPO and PODS with dynamic sampling, and GRPO, PODS and PODS with dynamic sampling trained asynchronously
+    (`pods train --async`, docs/async.md)."""
     return {
         "grpo": {"n": "m"},
         "grpo-pool": {"m": "n"},
@@ -44,6 +45,9 @@ def default_arms() -> dict[str, dict[str, Any]]:
         "pods-max-reward": {"rule": "max_reward"},
         "grpo-ds": {"n": "m", "trainer": {"dynamic_sampling": True}},
         "pods-ds": {"rule": "max_variance", "trainer": {"dynamic_sampling": True}},
+        "grpo-async": {"n": "m", "asynchronous": {}},
+        "pods-async": {"rule": "max_variance", "asynchronous": {}},
+        "pods-ds-async": {"rule": "max_variance", "trainer": {"dynamic_sampling": True}, "asynchronous": {}},
     }
 
 
@@ -287,6 +291,10 @@ class CompareSettings:
         sizes = {"n": self.n, "m": self.m}
         n, m = (sizes.get(value, value) for value in (arm.get("n", "n"), arm.get("m", "m")))
         return n, m, arm.get("rule", "max_variance")
+
+    def asynchronous(self, name: str) -> bool:
+        """Whether arm `name` trains asynchronously (`asynchronous` settings: generation beside the update)."""
+        return merge(self.base, self.arms[name]).get("asynchronous") is not None
 
     def arm_settings(self, name: str, seed: int, learning_rate: float | None = None) -> RunSettings:
         """The full run settings of one arm and seed: base, then the arm's overrides, then n, m, rule and batch (and

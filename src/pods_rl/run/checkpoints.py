@@ -35,11 +35,20 @@ TRAINING_STATE = (
     ("pods_data_state.json",),
     ("pods_rng_state.safetensors",),
 )
+# An asynchronous run's training state (`pods train --async`): TRL's rollout position instead of the synchronous
+# trainer's data and sampler state, and which groups were trained and dropped (trainer/async_trainer.py).
+ASYNC_TRAINING_STATE = (*TRAINING_STATE[:3], ("rollout_state.json",), ("async_state.json",))
 # The files a resume reads, checked wherever they are in the checkpoint (tokenizer files and training_args.bin are
 # not read).
 READ = ("*.safetensors", "*.pt", "*.pth", "optimizer*.bin", "pytorch_model*.bin", "*.index.json", "trainer_state.json")
 READ += ("config.json", "adapter_config.json", "pods_*.json")
-JSON_KEYS = {"trainer_state.json": ("global_step", "stateful_callbacks"), "pods_data_state.json": ("epoch", "position")}
+READ += ("rollout_state.json", "async_state.json")
+JSON_KEYS = {
+    "trainer_state.json": ("global_step", "stateful_callbacks"),
+    "pods_data_state.json": ("epoch", "position"),
+    "rollout_state.json": ("prompt_index", "model_version"),
+    "async_state.json": ("start", "trained_groups", "dropped_groups"),
+}
 
 
 def step_of(checkpoint: Path) -> int:
@@ -52,11 +61,13 @@ def checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=step_of, reverse=True)
 
 
-def damage(checkpoint: Path, *, model_only: bool = False) -> str | None:
+def damage(checkpoint: Path, *, model_only: bool = False, asynchronous: bool = False) -> str | None:
     """What is wrong with `checkpoint` (the first problem found, e.g. 'scheduler.pt is missing'), or None when it
-    is intact. `model_only`: the run saves only the model (`save_only_model`)."""
+    is intact. `model_only`: the run saves only the model (`save_only_model`); `asynchronous`: an asynchronous run's
+    checkpoint."""
     names = [path.name for path in checkpoint.iterdir()]
-    for alternatives in REQUIRED if model_only else REQUIRED + TRAINING_STATE:
+    state = ASYNC_TRAINING_STATE if asynchronous else TRAINING_STATE
+    for alternatives in REQUIRED if model_only else REQUIRED + state:
         if not any(fnmatch(name, pattern) for name in names for pattern in alternatives):
             return f"{alternatives[0]} is missing"
     for path in sorted(checkpoint.rglob("*")):
@@ -67,7 +78,7 @@ def damage(checkpoint: Path, *, model_only: bool = False) -> str | None:
     return None
 
 
-def resume_point(output_dir: Path, *, model_only: bool = False) -> tuple[Path, str | None]:
+def resume_point(output_dir: Path, *, model_only: bool = False, asynchronous: bool = False) -> tuple[Path, str | None]:
     """The checkpoint `--resume` continues from, the newest intact one, and a warning line when newer ones are
     damaged (naming the file and the steps trained again). Raises SettingsError (one line) when the run has no
     checkpoint or none is intact."""
@@ -80,7 +91,7 @@ def resume_point(output_dir: Path, *, model_only: bool = False) -> tuple[Path, s
         raise SettingsError(f"--resume {output_dir}: the run has no checkpoint to continue from; {start_again}.")
     damaged: list[tuple[Path, str]] = []
     for checkpoint in found:
-        problem = damage(checkpoint, model_only=model_only)
+        problem = damage(checkpoint, model_only=model_only, asynchronous=asynchronous)
         if problem is None:
             break
         damaged.append((checkpoint, problem))

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from pods_rl.config_rules import check_batch_fields, check_selection_fields, check_vllm
+from pods_rl.config_rules import check_async_fields, check_batch_fields, check_selection_fields, check_vllm
 from pods_rl.models.tiny import WARM_START_OPTIONS
 from pods_rl.run.field_types import FIELD_TYPES
 from pods_rl.tasks.names import check_task_name
@@ -79,6 +79,21 @@ class EvalSettings(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, description="completion limit (null: max_completion_length)")
 
 
+class AsyncSettings(BaseModel):
+    """Asynchronous training (`pods train --async`, docs/async.md): a vLLM server generates while the trainer
+    updates (TRL's asynchronous GRPO with PODS's selection in its rollout worker)."""
+
+    model_config = _STRICT
+
+    server_url: str | None = Field(None, description="a running vLLM server's base URL (null: start one for the run)")
+    max_staleness: int = Field(2, ge=0, description="drop a sample generated more than this many updates ago")
+    weight_sync_steps: int = Field(1, ge=1, description="send the policy to the server every this many steps")
+    max_inflight_tasks: int | None = Field(
+        None, ge=1, description="completions requested at once (null: max_staleness x a step's rows x n/m)"
+    )
+    server_args: list[str] = Field(default_factory=list, description="more arguments of the started server")
+
+
 class RunSettings(BaseModel):
     """A whole run. `trainer` holds any PODSConfig field (TRL's GRPOConfig plus num_selected, selection_rule...)."""
 
@@ -94,6 +109,9 @@ class RunSettings(BaseModel):
     trainer: dict[str, Any] = Field(default_factory=dict, description="PODSConfig fields")
     eval: EvalSettings = Field(default_factory=EvalSettings, description="held-out evaluation")
     time_budget: float | None = Field(None, gt=0, description="seconds of training time (evaluation excluded)")
+    asynchronous: AsyncSettings | None = Field(
+        None, description="generate on a vLLM server while training (null: generate, then train, in turn)"
+    )
     seed: int = Field(0, ge=0, lt=2**32, description="seed of the data order, sampling and selection")
 
     @field_validator("trainer")
@@ -135,6 +153,12 @@ class RunSettings(BaseModel):
         if self.model_options and self.model != "tiny":
             raise ValueError(f"model_options apply to the built-in tiny model only, not to {self.model!r}")
         check_selection_fields(self.trainer, section="trainer.")
+        if self.asynchronous is not None:
+            check_async_fields(self.trainer, section="trainer.")
+            if self.trainer.get("use_vllm"):
+                raise ValueError("trainer.use_vllm: asynchronous training generates on its vLLM server; drop it")
+        if checks == "all" and self.asynchronous is not None:
+            check_async_environment(bool(self.lora))
         if checks == "all":
             check_vllm(self.trainer.get("use_vllm", False), section="trainer.")
             check_batch_fields(self.trainer, int(os.environ.get("WORLD_SIZE", "1")), section="trainer.")
@@ -175,6 +199,27 @@ class RunSettings(BaseModel):
             return PODSConfig(**values)
         except (ValueError, TypeError) as error:
             raise SettingsError(f"Invalid trainer settings: {error}") from error
+
+
+def check_async_environment(lora: bool) -> None:
+    """Asynchronous training needs vLLM (its server, and TRL's rollout worker checks for it) and aiohttp; on a CPU,
+    LoRA (the policy reaches the server as adapters by path; full weights go over NCCL, GPUs only)."""
+    import importlib.util
+
+    from pods_rl.versions import vllm_installed
+
+    missing = [name for name, found in (("vllm", vllm_installed()), ("aiohttp", importlib.util.find_spec("aiohttp")))
+               if not found]  # fmt: skip
+    if missing:
+        raise ValueError(
+            f"asynchronous training needs {' and '.join(missing)}, which this environment lacks: `make vllm` builds "
+            "one that has them; run .venv-vllm/bin/pods (docs/async.md)."
+        )
+    if not lora and not accelerator_available():
+        raise ValueError(
+            "asynchronous training on a CPU sends the policy to the vLLM server as a LoRA adapter: add --lora-r 8 "
+            "(or lora: {r: 8}); full weights go over NCCL, GPUs only."
+        )
 
 
 def accelerator_available() -> bool:
@@ -389,6 +434,7 @@ RESUMABLE = (
     "trainer.save_steps",
     "trainer.save_total_limit",
     "trainer.report_to",
+    "asynchronous.server_url",
 )
 
 

@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
 from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
-from pods_rl.machine import describe_machine
 from pods_rl.precision import full_precision
-from pods_rl.run.checkpoints import resume_point, step_of
+from pods_rl.run.checkpoints import resume_point
 from pods_rl.run.display import Display
 from pods_rl.run.folders import (
     CONFIG_FILE,
@@ -36,32 +31,26 @@ from pods_rl.run.folders import (
     check_output_dir,
     replace_output_dir,
 )
+from pods_rl.run.lifecycle import (
+    LOG_FILE,
+    RunInterrupted,
+    dump_yaml,
+    environment_default,
+    evaluate_held_out,
+    quiet_transformers_printing,
+    record_changes,
+    remove_staging,
+    run_trainer_fields,
+    summary_of,
+    truncate_metrics,
+    write_atomic,
+)
 from pods_rl.run.lock import FolderLock
 from pods_rl.run.logs import RunLogs
 from pods_rl.run.settings import RunSettings, SettingsError, accelerator_available
 from pods_rl.run.step_costs import PRECISION_FILE, RunPrecision, read_recorded
 
-if TYPE_CHECKING:
-    from pods_rl.run.monitor import RunMonitor
-
-LOG_FILE = "train.log"
 DATA_FILES_USAGE = "--set task_options.data_files='{train: train.jsonl, test: test.jsonl}'"
-
-
-class RunInterrupted(SystemExit):
-    """SIGINT/SIGTERM stopped the run after saving a checkpoint; exits with the shell's 128 + signal number."""
-
-    def __init__(self, signal_number: int):
-        super().__init__(128 + signal_number)
-        self.signal_number = signal_number
-
-
-def remove_staging(output_dir: Path) -> None:
-    """Delete checkpoints that were being written when a run was killed."""
-    from pods_rl.trainer.trainer import STAGING_PREFIX
-
-    for staging in output_dir.glob(f"{STAGING_PREFIX}checkpoint-*"):
-        shutil.rmtree(staging)
 
 
 def load_run_task(settings: RunSettings):
@@ -225,11 +214,16 @@ def _train(
         _hold_folder(lock, "--resume" if resume else "--output-dir", dry_run, display)
     checkpoint = None
     if resume:  # before anything loads: no checkpoint, or none intact, is one line
-        checkpoint, damaged = resume_point(output_dir, model_only=bool(settings.trainer.get("save_only_model")))
+        model_only, asynchronous = bool(settings.trainer.get("save_only_model")), settings.asynchronous is not None
+        checkpoint, damaged = resume_point(output_dir, model_only=model_only, asynchronous=asynchronous)
         if damaged is not None:
             display.print(f"[bold yellow]warning:[/] {damaged}", highlight=False, soft_wrap=True)
     task = load_run_task(settings)  # before TRL is imported: an unreachable hub is reported sooner
-    args = settings.trainer_config(output_dir, **_run_trainer_fields(settings))
+    if settings.asynchronous is not None:
+        from pods_rl.run.async_train import train_async
+
+        return train_async(settings, output_dir, task, checkpoint, replace, changes, display, logs, dry_run)
+    args = settings.trainer_config(output_dir, **run_trainer_fields(settings))
     logs.route_libraries()
     eval_set = (
         task.test
@@ -245,7 +239,6 @@ def _train(
 
     from peft import LoraConfig
 
-    from pods_rl.evaluation import evaluate
     from pods_rl.run.monitor import RunMonitor
     from pods_rl.run.report import write_report
     from pods_rl.trainer import PODSTrainer
@@ -253,46 +246,42 @@ def _train(
     from pods_rl.trainer.vllm import evaluation_engine
 
     model, tokenizer, args, _ = load_settled_model(
-        settings, startup, args, task, display, logs, output_dir, _run_trainer_fields(settings)
+        settings, startup, args, task, display, logs, output_dir, run_trainer_fields(settings)
     )
     # Every check passed: only now is the output folder touched, by the main process alone while the others wait
     # (two processes replacing the folder or renaming the same temporary file into place would race).
     with args.main_process_first(local=False, desc="preparing the output folder"):
         if args.process_index == 0 and resume:
             remove_staging(output_dir)
-            _truncate_metrics(output_dir / METRICS_FILE, checkpoint)
+            truncate_metrics(output_dir / METRICS_FILE, checkpoint)
             if changes:
-                _record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
+                record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
         elif args.process_index == 0:
             replace_output_dir(output_dir, replace=replace)
-            _write_atomic(output_dir / CONFIG_FILE, _dump_yaml(settings.to_dict()))
-            _write_atomic(output_dir / PRECISION_FILE, json.dumps(startup.summary(), indent=2))
+            write_atomic(output_dir / CONFIG_FILE, dump_yaml(settings.to_dict()))
+            write_atomic(output_dir / PRECISION_FILE, json.dumps(startup.summary(), indent=2))
     rank = int(os.environ.get("RANK", "0"))
     logs.write_to(output_dir / (LOG_FILE if rank == 0 else f"train-rank{rank}.log"))
     if args.reward_weights is None:
         args.reward_weights = task.reward_weights
-    max_new_tokens = settings.eval.max_new_tokens or args.max_completion_length
 
     def run_eval(eval_model) -> dict[str, float]:
         with full_precision(eval_model):  # fp32 whatever the training's precision: accuracies compare across them
-            return evaluate(
+            return evaluate_held_out(
                 eval_model,
                 tokenizer,
                 eval_set,
-                max_new_tokens=max_new_tokens,
-                batch_size=settings.eval.batch_size,
-                num_samples=settings.eval.sampled_k,
-                temperature=args.temperature,
-                seed=settings.seed,
+                settings,
+                args,
+                display,
                 sharded=True,  # every process evaluates its share; the monitor calls this on all of them
-                progress=display.callback("evaluation", quiet_if_short=True),
                 engine=evaluation_engine(trainer),  # a run that generates with vLLM evaluates on its engine
             )
 
     # transformers' TensorBoard callback reads its folder from the environment when the trainer is built; set it
     # only for that moment, so that the next run in this process (`pods compare`) logs into its own folder. A vLLM
     # engine starts in there too, and its native code writes to stderr: into train.log with it.
-    with _environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")), logs.native_output():
+    with environment_default("TENSORBOARD_LOGGING_DIR", str(output_dir / "tensorboard")), logs.native_output():
         trainer = PODSTrainer(
             model=model,
             reward_funcs=task.reward_funcs,
@@ -313,7 +302,7 @@ def _train(
         state = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["RunMonitor"]
         monitor.restore(state)
     trainer.add_callback(monitor)
-    _quiet_transformers_printing(trainer)
+    quiet_transformers_printing(trainer)
     try:
         with monitor.stopping_on_signals():
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -334,8 +323,8 @@ def _train(
     trainer.save_model(str(output_dir / "final"))  # every process: sharded (ZeRO-3, FSDP) models gather here
     summary: dict[str, Any] = {}
     if trainer.accelerator.is_main_process:
-        summary = _summary(settings, monitor, trainer.state.global_step, startup.summary())
-        _write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+        summary = summary_of(settings, monitor, trainer.state.global_step, startup.summary())
+        write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
         write_report(output_dir, settings, summary, monitor.evaluations)
     trainer.accelerator.wait_for_everyone()
     return summary
@@ -357,44 +346,6 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0].rstrip(".")
 
 
-def _record_changes(
-    path: Path, settings: RunSettings, changes: dict[str, tuple[Any, Any]], checkpoint: Path | None
-) -> None:
-    """Rewrite config.yaml with the resumed run's settings, keeping earlier notes and adding one for this change."""
-    notes = [line for line in path.read_text().splitlines() if line.startswith("#")]
-    step = checkpoint.name.split("-")[1] if checkpoint else "0"
-    changed = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
-    notes.append(f"# resumed at step {step} on {time.strftime('%Y-%m-%d %H:%M:%S')} with {changed}")
-    _write_atomic(path, "\n".join(notes) + "\n" + _dump_yaml(settings.to_dict()))
-
-
-def _run_trainer_fields(settings: RunSettings) -> dict[str, Any]:
-    """Trainer settings the run owns: logging every step and its own progress display."""
-    fields: dict[str, Any] = {"logging_steps": 1, "disable_tqdm": True}
-    fields.setdefault("report_to", settings.trainer.get("report_to", ["tensorboard"]))
-    return {k: v for k, v in fields.items() if k not in settings.trainer or k == "report_to"}
-
-
-@contextmanager
-def _environment_default(name: str, value: str) -> Iterator[None]:
-    """Set environment variable `name` to `value` unless the user set it, for the duration of the block."""
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        del os.environ[name]
-
-
-def _quiet_transformers_printing(trainer) -> None:
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-
-
 def _save_last_completed_step(trainer, output_dir: Path, display: Display) -> None:
     """After a reward failure mid-step, checkpoint the last completed step (the update of the failed one never ran),
     at the data position and random states the failed step began with. Every process raised the RewardError
@@ -404,58 +355,3 @@ def _save_last_completed_step(trainer, output_dir: Path, display: Display) -> No
         return
     trainer.save_checkpoint_of_failed_step()
     display.print(f"[bold red]reward function failed[/] during step {step + 1}: saved checkpoint-{step}")
-
-
-def _truncate_metrics(path: Path, checkpoint: Path) -> None:
-    """On resume, keep only the records up to the checkpoint we continue from: the rest will be produced again. A
-    torn last line (a write that was killed) is dropped too. Only the process holding the run folder's lock gets
-    here, so no other process is appending to the file."""
-    if not path.exists():
-        return
-    step = step_of(checkpoint)
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record["step"] <= step:
-            kept.append(line)
-    _write_atomic(path, "".join(line + "\n" for line in kept))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file and rename it over `path`: a kill leaves the old file or the new, never half."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
-def _summary(settings: RunSettings, monitor: RunMonitor, steps: int, precision: dict[str, Any]) -> dict[str, Any]:
-    evaluations = monitor.evaluations
-    accuracies = [e["accuracy"] for e in evaluations]
-    peak = max(range(len(accuracies)), key=accuracies.__getitem__)
-    summary = {
-        "model": settings.model,
-        "task": settings.task,
-        "base_accuracy": accuracies[0],
-        "final_accuracy": accuracies[-1],
-        "peak_accuracy": accuracies[peak],
-        "peak_step": evaluations[peak]["step"],
-        "peak_train_seconds": evaluations[peak]["train_seconds"],
-        "train_seconds": monitor.train_seconds,
-        "steps": steps,
-        "num_eval_examples": evaluations[-1].get("num_examples"),
-        "machine": describe_machine(),  # seconds from different CPUs do not compare
-        "precision": precision,  # fp32 or bf16, why, and the step seconds measured at start-up
-    }
-    if "accuracy_sampled" in evaluations[-1]:
-        summary["base_accuracy_sampled"] = evaluations[0]["accuracy_sampled"]
-        summary["final_accuracy_sampled"] = evaluations[-1]["accuracy_sampled"]
-    return summary
-
-
-def _dump_yaml(data: dict[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(data, sort_keys=False)

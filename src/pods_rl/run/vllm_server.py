@@ -1,5 +1,6 @@
-"""A vLLM server process for asynchronous training (issue 67, in progress): the command TRL 1.16's asynchronous GRPO
-expects, started in its own process group, ready when `/health` answers, stopped with everything it started.
+"""A vLLM server process for asynchronous training (`pods train --async`, docs/async.md): the command TRL 1.16's
+asynchronous GRPO expects, started in its own process group, ready when `/health` answers, stopped with everything
+it started.
 
 TRL's async trainer talks to vLLM's own OpenAI server in development mode (`/v1/completions`, `/server_info`,
 `/pause`, `/resume`, `/v1/load_lora_adapter`). The server is started as the module entry

@@ -1,4 +1,4 @@
-"""PODS's selection where an asynchronous trainer scores its rollouts: one group of n at a time (issue 67, in progress).
+"""PODS's selection where an asynchronous trainer scores its rollouts: one group of n at a time (docs/async.md).
 
 TRL 1.16's asynchronous GRPO (`trl.experimental.async_grpo`) scores each group of n completions in its rollout
 worker (`_AsyncRolloutLoop._score_group`) and queues one `RolloutSample` per training row. `GroupSelection` is what
@@ -117,6 +117,12 @@ def select_samples(
     """The samples to queue for one scored group: every row of each selected completion, its advantage replaced by
     PODS's and the group's `pods/` metrics added to its metrics; none for a dropped group."""
     choice = selection.choose(rewards_of(samples, rows_per_completion, names), model_tokens, version)
+    return take_rows(choice, samples, rows_per_completion), choice
+
+
+def take_rows(choice: GroupChoice, samples: list[Any], rows_per_completion: Sequence[int]) -> list[Any]:
+    """Every row of each completion `choice` kept, its advantage replaced by PODS's and the group's `pods/` metrics
+    added to its metrics."""
     kept = []
     starts = first_rows(rows_per_completion)
     for completion, advantage in zip(choice.kept, choice.advantages, strict=True):
@@ -124,4 +130,4 @@ def select_samples(
             sample.advantage = advantage
             sample.metrics.update(choice.metrics)
             kept.append(sample)
-    return kept, choice
+    return kept

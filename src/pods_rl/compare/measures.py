@@ -485,7 +485,8 @@ def summarize(
     if saved_steps is None:
         saved_steps = {name: step_measures(runs) for name, runs in records.items()}
     # The cost model is a synchronous step's (generate, then update): fit on the synchronous arms where there are any.
-    synchronous = [name for name in records if not settings.asynchronous(name)] or list(records)
+    asynchronous = {name for name in records if settings.asynchronous(name)}
+    synchronous = [name for name in records if name not in asynchronous] or list(records)
     cost_model = saved_cost_model or CostModel.fit(
         [step for name in synchronous for run in records[name] for step in run["step"]]
     )
@@ -530,7 +531,7 @@ def summarize(
     verdicts, family = decide(compared, clock, settings.primary_measure, earlier, looks, _max_seeds(settings))
     cost_models = [*REFERENCE_COSTS, *StepCost.check_all(settings.cost_models or [], "cost_models")]
     if compared:
-        projections(arms, baseline, cost_model, cost_models, {name for name in arms if settings.asynchronous(name)})
+        projections(arms, baseline, cost_model, cost_models, asynchronous)
     seeds_left = [seed for seed in planned_seeds or [] if seed not in settings.seeds]
     return {
         "settings": settings.to_dict(),

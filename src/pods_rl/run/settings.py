@@ -157,9 +157,9 @@ class RunSettings(BaseModel):
             check_async_fields(self.trainer, section="trainer.")
             if self.trainer.get("use_vllm"):
                 raise ValueError("trainer.use_vllm: asynchronous training generates on its vLLM server; drop it")
-        if checks == "all" and self.asynchronous is not None:
-            check_async_environment(bool(self.lora))
         if checks == "all":
+            if self.asynchronous is not None:
+                check_async_environment(bool(self.lora))
             check_vllm(self.trainer.get("use_vllm", False), section="trainer.")
             check_batch_fields(self.trainer, int(os.environ.get("WORLD_SIZE", "1")), section="trainer.")
         return self

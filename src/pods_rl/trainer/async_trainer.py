@@ -256,10 +256,15 @@ class PODSAsyncTrainer(AsyncGRPOTrainer):
     def groups_file(self) -> Path:
         return Path(self.args.output_dir) / GROUPS_FILE
 
+    @property
+    def worker_start(self) -> int:
+        """Where in the dataset the rollout worker started (TRL's resume position; 0 on a fresh run)."""
+        worker = self.rollout_worker
+        return worker._loop_kwargs.get("dataset_start_index", 0) if hasattr(worker, "_loop_kwargs") else 0
+
     def dropped_groups(self) -> set[int]:
         """The ids of the groups dynamic sampling dropped since the worker's last start (ids count from 0 there)."""
-        worker = self.rollout_worker
-        start = worker._loop_kwargs.get("dataset_start_index", 0) if hasattr(worker, "_loop_kwargs") else 0
+        start = self.worker_start
         return {
             record["group"]
             for record in read_group_records(self.groups_file)
@@ -288,9 +293,8 @@ class PODSAsyncTrainer(AsyncGRPOTrainer):
         return result
 
     def _write_state(self, path: Path, dropped: set[int]) -> None:
-        worker = self.rollout_worker
         state = {
-            "start": worker._loop_kwargs.get("dataset_start_index", 0) if hasattr(worker, "_loop_kwargs") else 0,
+            "start": self.worker_start,
             "model_version": self.model_version,
             "trained_groups": sorted(self._trained_groups),
             "dropped_groups": sorted(dropped),

@@ -1,6 +1,6 @@
 """The shipped comparisons at a glance: one table and one small picture, read from their comparison.json records.
 
-For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; 5 or 6 seeds an arm), every
+For each comparison kept in `benchmarks/results/` (its own report is comparison.md there; 5 to 12 seeds an arm), every
 arm against the baseline: the primary verdict (Holm-adjusted over the comparison's arms) and the secondary ones
 (unadjusted), the time-to-target and steps-to-target speedups with their 95% intervals, and the difference in mean
 accuracy over the window. A comparison clocked by steps tests no time to target
@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pods_rl.compare.measures import other_pieces, ratio_text
+from pods_rl.compare.measures import other_pieces, p_text, ratio_text
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -31,6 +31,7 @@ COMPARISONS = {
     "smollm2-3term-epyc": ("SmolLM2 a+b+c", "AMD EPYC, AVX-512, vLLM", "smollm2-3term.md"),
     "allocation-tiny-epyc-avx512": ("tiny, allocation", "AMD EPYC, AVX-512", "allocation-tiny-epyc-avx512.md"),
     "allocation-3term": ("SmolLM2 a+b+c, allocation", "Intel Xeon and AMD EPYC, AVX-512", "allocation-3term.md"),
+    "map-tiny/flawed-0.9": ("tiny map, base pass rate 10%", "AMD EPYC, AVX2", "map-tiny.md"),
 }
 
 
@@ -91,7 +92,7 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
     for row in table:
         primary = next(key for key, role in row["roles"].items() if role == "primary")
         adjusted = row["adjusted"][primary]
-        verdict = f"{SHORT[primary]}: {row['verdicts'][primary]} ({'-' if adjusted is None else f'{adjusted:.3f}'})"
+        verdict = f"{SHORT[primary]}: {row['verdicts'][primary]} ({p_text(adjusted)})"
         resolved = [
             f"{SHORT[key]} {word}"
             for key, word in row["verdicts"].items()

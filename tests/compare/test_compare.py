@@ -195,10 +195,12 @@ def test_summarize_on_synthetic_runs(tmp_path):
     )
     assert comparison["summary"][1].startswith(
         "pods vs grpo: time to target 2.00x (95% interval 0-∞x), reached by 2 of 2 pods and 2 of 2 grpo runs: not "
-        "resolved (primary, Holm p 0.667); faster at every target (50%/75%/90% of the gain); by curve fits"
+        "resolved (primary, Holm p 0.667; the interval bounds it on neither side); faster at every target "
+        "(50%/75%/90% of the gain); by curve fits"
     )
     assert (
-        "in steps 2.00x (95% interval 0-∞x): not resolved (secondary, p 0.333 unadjusted)" in comparison["summary"][1]
+        "in steps 2.00x (95% interval 0-∞x): not resolved (secondary, p 0.333 unadjusted; the interval bounds it on "
+        "neither side)" in comparison["summary"][1]
     )
     assert comparison["summary"][-1] == (
         "Target: 75% of grpo's gain (20.0% -> 60.0%): 50.0%. Verdicts: one primary question per arm, time to target, "
@@ -231,10 +233,14 @@ def test_summarize_on_synthetic_runs(tmp_path):
     markdown = (tmp_path / "comparison.md").read_text()
     assert "| pods | 8 | 2 | max_variance |" in markdown
     assert (
-        "| pods | 2.00x (0-∞x) | 2 / 2 of 2 | not resolved (primary, Holm p 0.667) | 2.00x (0-∞x) | not resolved "
-        "(secondary, p 0.333 unadjusted) | " in markdown
+        "| pods | 2.00x (0-∞x) | 2 / 2 of 2 | not resolved (primary, Holm p 0.667; the interval bounds it on neither "
+        "side) | 2.00x (0-∞x) | not resolved (secondary, p 0.333 unadjusted; the interval bounds it on neither side) | "
+        in markdown
     )
-    assert "| +8.3 points (-55.2 to +71.9) | not resolved (secondary, p 0.344 unadjusted) |" in markdown
+    assert (
+        "| +8.3 points (-55.2 to +71.9) | not resolved (secondary, p 0.344 unadjusted; the interval bounds it within "
+        "-55.2 to +71.9 points) |" in markdown
+    )
     assert "| pods | 16 | 4 | 4.00 | — | — | — | 48 | 12 | 480 | 120 |" in markdown
     assert "| grpo | 0 | 3 | 30 | 60.0 | 15.0 [10, 20] | 1.5 [1, 2] | baseline | baseline |" in markdown
     assert "| pods | 0 | 3 | 30 | 70.0 | 7.5 [0, 10] | 0.8 [0, 1] | 2.00x [1.00, ∞], faster | +13.3 |" in markdown
@@ -1102,3 +1108,81 @@ def test_the_dry_run_prints_the_power_of_its_design(monkeypatch):
     assert lines[1].startswith("seeds: 80% at 1.5x takes ") and lines[2].startswith("assumed: learning curves")
     with pytest.raises(ValueError, match="power_curve needs 0 <= base < plateau <= 1"):
         resolve_compare(None, [{"power_curve": {"base": 0.6, "plateau": 0.5}}])
+
+
+def test_an_unresolved_verdict_states_the_bound_its_interval_gives():
+    """Where a measure is not resolved, the verdict says what its 95% confidence set still rules out: the hull of its
+    pieces (holes included), one side, or neither."""
+    from pods_rl.compare.measures import bound_text
+
+    two_sided = {"estimate": 1.1, "low": 0.8, "high": 1.25, "accepted": [[0.8, 1.25]]}
+    assert bound_text(two_sided, "steps_to_target") == "the interval bounds it within 0.80-1.25x"
+    holes = {"estimate": 1.1, "low": 0.8, "high": 1.25, "accepted": [[0.5, 0.6], [0.8, 1.25], [1.4, 1.5]]}
+    assert bound_text(holes, "steps_to_target") == "the interval bounds it within 0.50-1.50x"
+    assert bound_text({"low": 0.7, "high": None}, "time_to_target") == "bounded below only: at least 0.70x"
+    assert bound_text({"low": 0.0, "high": 3.0}, "time_to_target") == "bounded above only: at most 3.00x"
+    assert bound_text({"low": 0.0, "high": None}, "time_to_target") == "the interval bounds it on neither side"
+    assert bound_text({"low": None, "high": None}, "time_to_target") == "no interval, no bound"
+    window = {"estimate": 0.01, "low": -0.03, "high": 0.045}
+    assert bound_text(window, "mean_accuracy") == "the interval bounds it within -3.0 to +4.5 points"
+
+
+def test_the_report_gives_the_power_as_planned_and_at_the_spread_its_runs_show(monkeypatch):
+    """report_power: the planned design's power equals the simulation's at the settings' curve; each arm's measured
+    power is the simulation's at the baseline's start and plateau and the pooled spread of log crossings (over the
+    seeds that reached the target), and the report prints both."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    from pods_rl.compare.power import crossing_spread, design_of, report_power, report_power_lines
+    from pods_rl.compare.simulation import Truth, verdict_power
+
+    settings = resolve_compare(
+        None,
+        [STEP_CLOCK, {"seeds": [0, 1, 2, 3], "power_curve": {"base": 0.2, "plateau": 0.6, "spread": 0.3}}],
+        only=["grpo", "pods"],
+    )
+
+    def hit(crossing, censored=False):
+        return {"below": None, "reached": None, "crossing": crossing, "censored": censored}
+
+    grpo = [hit(4.0), hit(6.0), hit(9.0), hit(10.0, censored=True)]
+    pods = [hit(2.0), hit(3.0), hit(3.5), hit(5.0)]
+    assert crossing_spread(grpo) == (pytest.approx(float(np.std(np.log([4, 6, 9]), ddof=1))), 3)
+    assert crossing_spread([hit(4.0), hit(0.0)]) == (None, 1)  # reached at the start: no log crossing
+    comparison = {
+        "clock": "steps",
+        "target": {"accuracy": 0.4, "fraction": 0.75, "base": 0.25, "plateau": 0.45, "of": None},
+        "arms": {"grpo": {"steps_to_target": grpo}, "pods": {"steps_to_target": pods}},
+    }
+    record = report_power(settings, comparison, comparisons=20)
+    planned, _ = design_of(settings)
+    assert record["planned"]["power"] == {
+        f"{truth:g}x": verdict_power(planned, Truth(truth), 20, arms=1, primary="speedup").resolved
+        for truth in (1.5, 2.0)
+    }
+    entry = record["measured"]["arms"]["pods"]
+    pooled = math.sqrt((crossing_spread(grpo)[0] ** 2 + crossing_spread(pods)[0] ** 2) / 2)
+    assert entry["pooled"] == pytest.approx(pooled) and entry["reached"] == {"grpo": 3, "pods": 4}
+    runs_design = dataclasses.replace(planned, base=0.25, plateau=0.45, spread=pooled)
+    assert entry["power"] == {
+        f"{truth:g}x": verdict_power(runs_design, Truth(truth), 20, arms=1, primary="speedup").resolved
+        for truth in (1.5, 2.0)
+    }
+    lines = report_power_lines(record)
+    assert lines[0].startswith("Power of the primary verdict (steps to target, Holm over 1 arm(s), 4 seeds per arm;")
+    assert "As planned (curves from 20% to 60%, seeds' log time constants spread by 0.30)" in lines[0]
+    assert lines[1].startswith("pods: at the runs' curve (25% to 45%) and spread of log crossings (grpo ")
+    assert f"pooled {pooled:.2f}" in lines[1]
+    no_target = report_power(settings, {**comparison, "target": None}, comparisons=20)
+    assert no_target["measured"] is None
+    assert report_power_lines(no_target)[1] == "At what the runs show: no target, so no spread of crossings to measure."
+    one = report_power(
+        settings,
+        {**comparison, "arms": {"grpo": {"steps_to_target": grpo[:1]}, "pods": {"steps_to_target": pods}}},
+        comparisons=20,
+    )
+    assert one["measured"]["arms"]["pods"]["power"] is None
+    assert "too few crossings to measure the power" in report_power_lines(one)[1]

@@ -144,7 +144,10 @@ def test_until_resolved_stops_at_max_seeds_and_resumes_where_it_stopped(tmp_path
     assert sorted(calls) == [("grpo", 5), ("grpo", 6), ("grpo", 7), ("pods", 4), ("pods", 5), ("pods", 6), ("pods", 7)]
     assert comparison["verdicts"]["pods"]["time_to_target"] == "not resolved"
     assert comparison["method"]["family"]["looks"] == [4, 6, 8]
-    assert "not resolved (primary, sequential: at no look)" in comparison["summary"][0]
+    assert (
+        "not resolved (primary, sequential: at no look; the interval bounds it within 1.00-1.00x)"
+        in comparison["summary"][0]
+    )
 
 
 def test_until_resolved_is_chosen_at_the_start_and_checked(tmp_path):

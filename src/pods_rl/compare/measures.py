@@ -682,14 +682,34 @@ def verdict_text(versus: dict[str, Any], measure: str) -> str:
     role = (versus.get("roles") or {}).get(measure, "primary")
     if word == NOT_TESTED or role == NOT_TESTED:
         return NOT_TESTED
+    bound = f"; {bound_text(figure_of(versus, measure), measure)}" if word == NOT_RESOLVED else ""
     if role == "secondary":
         _, p_value = test_result(versus, measure)
-        return f"{word} (secondary, p {p_text(p_value)} unadjusted)"
+        return f"{word} (secondary, p {p_text(p_value)} unadjusted{bound})"
     if "resolved_at_look" in versus:
         look = versus["resolved_at_look"]
         where = "sequential: at no look" if look is None else f"at the look of {look} seeds"
-        return f"{word} (primary, {where})"
-    return f"{word} (primary, Holm p {p_text(versus['adjusted_p_values'][measure])})"
+        return f"{word} (primary, {where}{bound})"
+    return f"{word} (primary, Holm p {p_text(versus['adjusted_p_values'][measure])}{bound})"
+
+
+def bound_text(figure: dict[str, Any] | None, measure: str) -> str:
+    """What an unresolved measure's 95% interval still bounds: 'the interval bounds it within 0.80-1.25x', 'within
+    -3.0 to +4.5 points', or that it bounds it on one side only or not at all."""
+    if figure is None or figure["low"] is None:
+        return "no interval, no bound"
+    if measure == "mean_accuracy":
+        return f"the interval bounds it within {100 * figure['low']:+.1f} to {100 * figure['high']:+.1f} points"
+    pieces = [figure["low"], figure["high"]], *other_pieces(figure)  # the hull of the 95% confidence set
+    low = min(piece[0] or 0.0 for piece in pieces)
+    high = None if any(piece[1] is None for piece in pieces) else max(piece[1] for piece in pieces)
+    if high is None:
+        return (
+            "the interval bounds it on neither side" if not low else f"bounded below only: at least {ratio_text(low)}x"
+        )
+    if not low:
+        return f"bounded above only: at most {ratio_text(high)}x"
+    return f"the interval bounds it within {piece_text((low, high))}"
 
 
 def target_text(target: dict[str, Any] | Target, baseline: str) -> str:

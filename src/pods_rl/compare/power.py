@@ -12,8 +12,11 @@ verdicts as the report does (Holm over the arms' primary tests, at every look).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pods_rl.compare.simulation import Design, Truth, verdict_power
 
@@ -26,6 +29,7 @@ STEP_DELAY = 0.1  # a step's length as a share of the evaluation spacing, in a c
 TRUTHS = (1.5, 2.0)
 WANTED = 0.8  # the power the seeds are sized for
 COMPARISONS = 200  # simulated comparisons per point (a share's standard error: 3 points at most)
+REPORT_COMPARISONS = COMPARISONS  # per point of a report's power (tests that do not read it lower this)
 MOST_SEEDS = 40
 
 
@@ -77,14 +81,21 @@ def design_of(settings: CompareSettings) -> tuple[Design, list[str]]:
     return design, assumed
 
 
-def design_power(settings: CompareSettings, comparisons: int = COMPARISONS, seed: int = 0) -> DesignPower:
-    """The power of `settings`' primary verdict at TRUTHS, and the seeds per arm that reach WANTED."""
+def _planned(settings: CompareSettings) -> tuple[Design, list[str], int, str, list[int] | None]:
+    """The design as planned, what it assumed, the arms tested against the baseline, the simulation's primary
+    ("speedup" or "mean_accuracy") and the looks of a sequential design (None: one look)."""
     design, assumed = design_of(settings)
     arms = max(1, sum(name != settings.baseline for name in settings.arms))
     primary = "mean_accuracy" if settings.primary_measure == "mean_accuracy" else "speedup"
     looks = settings.planned_looks() if settings.sequential else None
     if looks:
         design = replace(design, seeds=looks[-1])
+    return design, assumed, arms, primary, looks
+
+
+def design_power(settings: CompareSettings, comparisons: int = COMPARISONS, seed: int = 0) -> DesignPower:
+    """The power of `settings`' primary verdict at TRUTHS, and the seeds per arm that reach WANTED."""
+    design, assumed, arms, primary, looks = _planned(settings)
 
     def power(truth: float, seeds: int | None = None, looks: list[int] | None = looks) -> float:
         case = design if seeds is None else replace(design, seeds=seeds)
@@ -155,3 +166,106 @@ def power_record(result: DesignPower) -> dict[str, Any]:
             "spread": result.design.spread,
         },
     }
+
+
+def crossing_spread(crossings: list[dict[str, Any]] | None) -> tuple[float | None, int]:
+    """The standard deviation over seeds of the log crossing of the target (the simulation's `spread`, which draws
+    log time constants), over the seeds that reached it after the start; and how many did. None from fewer than
+    two."""
+    logs = [math.log(c["crossing"]) for c in crossings or [] if not c["censored"] and c["crossing"] > 0]
+    return (float(np.std(logs, ddof=1)) if len(logs) > 1 else None), len(logs)
+
+
+def report_power(
+    settings: CompareSettings, comparison: dict[str, Any], comparisons: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """The power of the comparison's design, as planned (its `power_curve`) and at what its runs show: the
+    baseline's start and plateau (the target's), and for each arm the spread of log crossings pooled with the
+    baseline's, sqrt((s_baseline^2 + s_arm^2) / 2). The design is the planned one (all of `settings.seeds`, or the
+    looks of a sequential design), whatever seeds have run."""
+    planned, assumed, arms, primary, looks = _planned(settings)
+    comparisons = comparisons or REPORT_COMPARISONS
+
+    def powers(design: Design) -> dict[str, float]:
+        return {
+            f"{truth:g}x": verdict_power(
+                design, Truth(truth), comparisons, arms=arms, primary=primary, seed=seed, looks=looks
+            ).resolved
+            for truth in TRUTHS
+        }
+
+    record: dict[str, Any] = {
+        "primary": settings.primary_measure,
+        "arms": arms,
+        "seeds": looks or planned.seeds,
+        "comparisons": comparisons,
+        "planned": {
+            "base": planned.base,
+            "plateau": planned.plateau,
+            "spread": planned.spread,
+            "assumed": assumed,
+            "power": powers(planned),
+        },
+        "measured": None,
+    }
+    target = comparison["target"]
+    if target is None or target["base"] is None or target["plateau"] is None or target["plateau"] <= target["base"]:
+        return record
+    key = "steps_to_target" if comparison.get("clock", "seconds") == "steps" else "time_to_target"
+    baseline_spread, baseline_reached = crossing_spread(comparison["arms"][settings.baseline][key])
+    measured: dict[str, Any] = {"base": target["base"], "plateau": target["plateau"], "arms": {}}
+    for name, arm in comparison["arms"].items():
+        if name == settings.baseline:
+            continue
+        arm_spread, arm_reached = crossing_spread(arm[key])
+        entry: dict[str, Any] = {
+            "spread": {settings.baseline: baseline_spread, name: arm_spread},
+            "reached": {settings.baseline: baseline_reached, name: arm_reached},
+            "pooled": None,
+            "power": None,
+        }
+        if baseline_spread is not None and arm_spread is not None:
+            pooled = math.sqrt((baseline_spread**2 + arm_spread**2) / 2)
+            entry["pooled"] = pooled
+            entry["power"] = powers(
+                replace(planned, base=target["base"], plateau=target["plateau"], spread=max(pooled, 1e-3))
+            )
+        measured["arms"][name] = entry
+    record["measured"] = measured
+    return record
+
+
+def report_power_lines(record: dict[str, Any] | None) -> list[str]:
+    """The report's lines on power: as planned, then per arm at the spread its runs show."""
+    if not record:
+        return []
+    seeds = record["seeds"]
+    seeds_text = f"looks at {', '.join(map(str, seeds))} seeds" if isinstance(seeds, list) else f"{seeds} seeds"
+
+    def truths(power: dict[str, float]) -> str:
+        return ", ".join(f"{value:.0%} at a true {truth}" for truth, value in power.items())
+
+    planned = record["planned"]
+    lines = [
+        f"Power of the primary verdict ({record['primary'].replace('_', ' ')}, Holm over {record['arms']} arm(s), "
+        f"{seeds_text} per arm; {record['comparisons']} simulated comparisons a case). As planned (curves from "
+        f"{planned['base']:.0%} to {planned['plateau']:.0%}, seeds' log time constants spread by "
+        f"{planned['spread']:.2f}): {truths(planned['power'])}."
+    ]
+    measured = record["measured"]
+    if measured is None:
+        lines.append("At what the runs show: no target, so no spread of crossings to measure.")
+        return lines
+    for name, entry in measured["arms"].items():
+        spreads = ", ".join(
+            f"{arm} {'-' if value is None else f'{value:.2f}'} ({entry['reached'][arm]} reached)"
+            for arm, value in entry["spread"].items()
+        )
+        if entry["power"] is None:
+            lines.append(f"{name}: spread of log crossings {spreads}; too few crossings to measure the power.")
+            continue
+        lines.append(
+            f"{name}: at the runs' curve ({measured['base']:.0%} to {measured['plateau']:.0%}) and spread of log "
+            f"crossings ({spreads}; pooled {entry['pooled']:.2f}): {truths(entry['power'])}."
+        )
+    return lines

@@ -23,6 +23,7 @@ from pods_rl.compare.measures import (
     target_text,
     verdict_text,
 )
+from pods_rl.compare.power import report_power_lines
 from pods_rl.compare.statistics import CLOCK_AXES
 from pods_rl.compare.tuning import tuning_machines
 
@@ -415,7 +416,7 @@ Machine: {"; ".join(f"{label} ({count} runs)" for label, count in comparison["ma
 ## Summary
 
 {summary}
-{warnings}
+{_power_section(comparison)}{warnings}
 ![accuracy vs training {"time" if comparison_clock(comparison) == "seconds" else "steps"}](comparison.png)
 
 {_comparison_sections(comparison)}## Accuracy per arm
@@ -450,6 +451,14 @@ When PODS pays:
 
 {definitions}
 """
+
+
+def _power_section(comparison: dict[str, Any]) -> str:
+    """The design's power, as planned and at what the runs show (`power.report_power`); empty in older reports."""
+    lines = report_power_lines(comparison.get("power"))
+    if not lines:
+        return ""
+    return f"\n## Power\n\n{lines[0]}\n\n" + "".join(f"- {line}\n" for line in lines[1:])
 
 
 def _interim_text(comparison: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ from pods_rl.compare.layout import (
     tuning_runs,
 )
 from pods_rl.compare.measures import NOT_RESOLVED, STEP_MEASURES, resolvable_warnings, summarize
+from pods_rl.compare.power import report_power, report_power_lines
 from pods_rl.compare.render import results_tables, rule_text, write_comparison
 from pods_rl.compare.settings import COMPARE_FILE, CompareSettings, load_compare
 from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings
@@ -279,7 +280,7 @@ def _write_report(
     reported = reported_runs(settings, output_dir)
     records = {name: [load_run(reported[name, seed]) for seed in seeds] for name in settings.arms}
     comparison = summarize(replace(settings, seeds=seeds), records, learning_rates, planned_seeds=settings.seeds)
-    return _show(output_dir, comparison, console)
+    return _show(settings, output_dir, comparison, console)
 
 
 def _write_saved_report(
@@ -308,14 +309,18 @@ def _write_saved_report(
         "model and the learning rates): this folder does not keep its runs' step logs."
         + ("" if len(machines) == 1 else f" The runs ran on: {'; '.join(machines) or 'not recorded'}."),
     )
-    return _show(output_dir, comparison, console)
+    return _show(settings, output_dir, comparison, console)
 
 
-def _show(output_dir: Path, comparison: dict[str, Any], console: Console) -> dict[str, Any]:
-    """Write comparison.json/.md/.png and print the tables and warnings."""
+def _show(settings: CompareSettings, output_dir: Path, comparison: dict[str, Any], console: Console) -> dict[str, Any]:
+    """Add the design's power (as planned and at what the runs show), write comparison.json/.md/.png and print the
+    tables, the power and the warnings."""
+    comparison["power"] = report_power(settings, comparison)
     write_comparison(output_dir, comparison)
     for table in results_tables(comparison):
         console.print(table)
+    for line in report_power_lines(comparison["power"]):
+        console.print(line)
     for warning in comparison["warnings"]:
         console.print(f"[bold yellow]warning:[/] {warning}")
     return comparison

@@ -39,10 +39,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite: everything in .venv, then the vLLM tests (one engine start) in .venv-vllm.
+# The whole suite: everything in .venv, then the vLLM tests (one engine start) in .venv-vllm. The slowest tests
+# are listed at the end, to keep the suite short.
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 	$(MAKE) test-vllm
 
 test-vllm: $(VLLM_BIN)/.installed
-	$(VLLM_BIN)/pytest $(VLLM_TESTS)
+	$(VLLM_BIN)/pytest --durations=5 $(VLLM_TESTS)

@@ -11,7 +11,7 @@ import torch
 
 from pods_rl.config_rules import check_async_fields
 from pods_rl.trainer import stages
-from pods_rl.trainer.async_selection import GroupSelection, rewards_of, select_samples
+from pods_rl.trainer.async_selection import GroupSelection, rewards_of, take_rows
 
 
 def settings(rule="max_variance", m=2, scale="group", stats="selected", tie_break="index") -> stages.SelectionSettings:
@@ -159,7 +159,8 @@ def test_trls_scored_samples_keep_the_selected_rows_with_pods_advantages():
     weights = torch.tensor([1.0, 2.0], dtype=torch.float64)
     selection = GroupSelection(settings(), weights)
     tokens = [len(text) for text in texts]
-    queued, choice = select_samples(selection, samples, rows, tokens, names, group.model_version)
+    choice = selection.choose(rewards, tokens, group.model_version)  # as the worker's _score_group does
+    queued = take_rows(choice, samples, rows)
     expected = selection.choose(rewards, tokens)  # a fresh, deterministic choice on the same rewards
     assert choice.kept == expected.kept and choice.advantages == expected.advantages
     assert [s.completion[0]["content"] for s in queued] == [texts[i] for i in choice.kept for _ in range(rows[i])]
@@ -172,7 +173,8 @@ def test_trls_scored_samples_keep_the_selected_rows_with_pods_advantages():
 def test_a_group_dynamic_sampling_drops_queues_nothing():
     group, samples = scored_group(["5", "6", "7", "8"], [1, 1, 1, 1])
     selection = GroupSelection(settings(), torch.ones(2, dtype=torch.float64), dynamic_sampling=True, drop_limit=1)
-    queued, choice = select_samples(selection, samples, [1] * 4, [1] * 4, ["correct", "short"], group.model_version)
+    choice = selection.choose(rewards_of(samples, [1] * 4, ["correct", "short"]), [1] * 4, group.model_version)
+    queued = take_rows(choice, samples, [1] * 4)
     assert queued == [] and choice.dropped and selection.dropped_by_version == {3: 1}
 
 

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pods_rl.files import write_atomic
 from pods_rl.precision import full_precision
 from pods_rl.run import lifecycle
 from pods_rl.run.display import Display
@@ -217,8 +218,8 @@ def train_async(
             lifecycle.record_changes(output_dir / CONFIG_FILE, settings, changes, checkpoint)
     else:
         replace_output_dir(output_dir, replace=replace)
-        lifecycle.write_atomic(output_dir / CONFIG_FILE, lifecycle.dump_yaml(settings.to_dict()))
-        lifecycle.write_atomic(output_dir / PRECISION_FILE, json.dumps(precision, indent=2))
+        write_atomic(output_dir / CONFIG_FILE, lifecycle.dump_yaml(settings.to_dict()))
+        write_atomic(output_dir / PRECISION_FILE, json.dumps(precision, indent=2))
     logs.write_to(output_dir / lifecycle.LOG_FILE)
     if args.reward_weights is None:
         args.reward_weights = task.reward_weights
@@ -308,6 +309,6 @@ def _serve_and_train(
         raise lifecycle.RunInterrupted(monitor.stop_signal)
     trainer.save_model(str(output_dir / "final"))
     summary = lifecycle.summary_of(settings, monitor, trainer.state.global_step, precision)
-    lifecycle.write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_atomic(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     write_report(output_dir, settings, summary, monitor.evaluations)
     return summary

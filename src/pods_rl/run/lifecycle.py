@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pods_rl.files import write_atomic
 from pods_rl.machine import describe_machine
 from pods_rl.run.checkpoints import step_of
 from pods_rl.run.settings import RunSettings
@@ -94,13 +95,6 @@ def truncate_metrics(path: Path, checkpoint: Path) -> None:
         if record["step"] <= step:
             kept.append(line)
     write_atomic(path, "".join(line + "\n" for line in kept))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file and rename it over `path`: a kill leaves the old file or the new, never half."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
 
 
 def summary_of(settings: RunSettings, monitor: RunMonitor, steps: int, precision: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pods_rl.files import write_atomic
 from pods_rl.machine import cpu_flags, cpu_identity
 from pods_rl.precision import FORCE_FP32, Precision, bf16_instructions, choose_precision
 
@@ -143,10 +144,7 @@ def save_costs(key: dict[str, Any], seconds: dict[str, dict[str, float]]) -> Non
     except (OSError, ValueError):
         entries = {}
     entries[_key_id(key)] = {"key": key, "seconds": seconds, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(entries, indent=1))
-    temporary.replace(path)
+    write_atomic(path, json.dumps(entries, indent=1))
 
 
 def typical_prompt(tokenizer: Any, dataset: Any, rows: int = 32) -> list[int]:

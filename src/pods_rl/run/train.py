@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from pods_rl.defaults import CPU_SIZED_NOTE, SMOLLM2_CPU_NOTE, preset_for, preset_generation
+from pods_rl.files import write_atomic
 from pods_rl.precision import full_precision
 from pods_rl.run.checkpoints import resume_point
 from pods_rl.run.display import Display
@@ -43,7 +44,6 @@ from pods_rl.run.lifecycle import (
     run_trainer_fields,
     summary_of,
     truncate_metrics,
-    write_atomic,
 )
 from pods_rl.run.lock import FolderLock
 from pods_rl.run.logs import RunLogs

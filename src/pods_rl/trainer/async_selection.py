@@ -4,7 +4,7 @@ TRL 1.16's asynchronous GRPO (`trl.experimental.async_grpo`) scores each group o
 worker (`_AsyncRolloutLoop._score_group`) and queues one `RolloutSample` per training row. `GroupSelection` is what
 PODS does there, on plain tensors: the selection stages of `pods_rl.trainer.stages` run on a batch of one group
 (`layout = arange(n).view(1, n)`), so the rows kept and their advantages are exactly the synchronous trainer's for the
-same rewards. `select_samples` applies it to TRL's samples: the m selected completions' rows, with PODS's
+same rewards. `take_rows` applies its choice to TRL's samples: the m selected completions' rows, with PODS's
 advantages, and nothing from a group that dynamic sampling drops.
 
 What differs from the synchronous trainer, and why:
@@ -104,20 +104,6 @@ def rewards_of(samples: Sequence[Any], rows_per_completion: Sequence[int], names
         raise ValueError(f"{len(samples)} samples for {total} rows of {len(rows_per_completion)} completions")
     values = [[samples[first].metrics[f"rewards/{name}"] for name in names] for first in firsts]
     return torch.tensor(values, dtype=torch.float64).view(len(firsts), len(names))
-
-
-def select_samples(
-    selection: GroupSelection,
-    samples: list[Any],
-    rows_per_completion: Sequence[int],
-    model_tokens: Sequence[int],
-    names: Sequence[str],
-    version: int,
-) -> tuple[list[Any], GroupChoice]:
-    """The samples to queue for one scored group: every row of each selected completion, its advantage replaced by
-    PODS's and the group's `pods/` metrics added to its metrics; none for a dropped group."""
-    choice = selection.choose(rewards_of(samples, rows_per_completion, names), model_tokens, version)
-    return take_rows(choice, samples, rows_per_completion), choice
 
 
 def take_rows(choice: GroupChoice, samples: list[Any], rows_per_completion: Sequence[int]) -> list[Any]:

@@ -43,6 +43,7 @@ from transformers import TrainerCallback
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from pods_rl.config_rules import check_async_fields, check_selection_fields
+from pods_rl.files import write_atomic
 from pods_rl.trainer import stages
 from pods_rl.trainer.async_worker import PODSRolloutLoop, read_group_records, selection_kwargs
 
@@ -299,10 +300,7 @@ class PODSAsyncTrainer(AsyncGRPOTrainer):
             "trained_groups": sorted(self._trained_groups),
             "dropped_groups": sorted(dropped),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text(json.dumps(state))
-        os.replace(temporary, path)
+        write_atomic(path, json.dumps(state))
 
     def pods_selection(self) -> dict[str, Any]:
         """The worker's selection settings (`async_worker.selection_kwargs`): the stages' settings, the reward weights,

@@ -5,10 +5,12 @@ interval holds the forecast, whether the direction agrees where the primary verd
 correlation over all (level, arm) pairs with its exact permutation p-value (every ordering when there are at most 9
 pairs, else 100,000 seeded draws).
 
-    python benchmarks/map_calibration.py [benchmarks/results/map-tiny]
+    python benchmarks/map_calibration.py [benchmarks/results/map-tiny benchmarks/results/smollm2-answer ...]
 
 A level counts once its folder `flawed-F/` holds comparison.json (`pods compare --report` writes an interim one);
-the forecasts are the folder's `advice-flawed-F.json`, read by `map_forecast.level_forecast`.
+the forecasts are the folder's `advice-flawed-F.json`, read by `map_forecast.level_forecast`. Every folder given
+is read alike (the SmolLM2 answer's: `advice-3term.json` and `3term/`), and all their pairs enter one rank
+correlation; an arm the forecast has and a comparison did not run is skipped.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def pairs(folder: Path) -> list[dict]:
             continue
         advice, report = json.loads(advice_path.read_text()), json.loads(report_path.read_text())
         for arm, forecast in level_forecast(advice).items():
+            if arm not in report["arms"]:
+                continue
             versus = report["arms"][arm]["vs_baseline"]
             steps = versus["steps_to_target"]
             records.append(
@@ -85,8 +89,8 @@ def spearman(forecast: list[float], measured: list[float], seed: int = 0) -> tup
     return rho, float(np.mean(np.abs(values) >= abs(rho) - 1e-12))
 
 
-def main(folder: Path) -> None:
-    records = pairs(folder)
+def main(folders: list[Path]) -> None:
+    records = [record for folder in folders for record in pairs(folder)]
     print("| level | base pass rate | arm | forecast | measured steps speedup (95%) | holds | verdict | direction |")
     print("|---|---|---|---|---|---|---|---|")
     for r in records:
@@ -107,4 +111,4 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results" / "map-tiny")
+    main([Path(folder) for folder in sys.argv[1:]] or [Path(__file__).parent / "results" / "map-tiny"])

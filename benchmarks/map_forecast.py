@@ -49,7 +49,8 @@ def main(folder: Path) -> None:
         folder.glob("advice-*.json"), key=lambda p: json.loads(p.read_text())["sample"]["mean_pass_rate"]
     ):
         advice = json.loads(path.read_text())
-        level = ", ".join(f"{key}={value}" for key, value in advice.get("model_options", {}).items()) or path.stem
+        options = ", ".join(f"{key}={value}" for key, value in advice.get("model_options", {}).items())
+        level = options or path.stem.removeprefix("advice-")
         rate = advice["sample"]["mean_pass_rate"]
         for arm, figure in level_forecast(advice).items():
             print(

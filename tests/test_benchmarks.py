@@ -371,5 +371,15 @@ def test_the_maps_calibration_scores_each_finished_level_against_its_forecast(tm
         ["flawed-0.9", "10.0%", "grpo-ds", "3.00x", "0.80x (0.50-inf)", "yes", "slower", "disagrees"],
     ]
     assert "2 pair(s) with an estimate: too few for a rank correlation" in output
+    # A second folder read alike (the SmolLM2 answer: advice-3term.json and 3term/); its pairs join the first's in one
+    # rank correlation, and the forecast's grpo-ds is skipped where the comparison ran pods alone.
+    other = tmp_path / "smollm2-answer"
+    (other / "3term").mkdir(parents=True)
+    shutil.copy(folder / "advice-flawed-0.6.json", other / "advice-3term.json")
+    (other / "3term" / "comparison.json").write_text(json.dumps({"arms": {"pods": report["arms"]["pods"]}}))
+    output = run_benchmark("map_calibration.py", str(tmp_path), str(other))
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in output.splitlines() if line.startswith("| ")]
+    assert rows[-1] == ["3term", "25.2%", "pods", "1.83x", "1.90x (1.20-2.40)", "yes", "faster", "agrees"]
+    assert "Spearman's rank correlation over 3 pairs" in output
     assert spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == (pytest.approx(1.0), pytest.approx(2 / 120))
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == (pytest.approx(-1.0), pytest.approx(2 / 24))

@@ -526,6 +526,8 @@ def test_unknown_arm_is_rejected():
         "compare-smollm2-3term.yaml",
         "compare-allocation-tiny.yaml",
         "compare-allocation-3term.yaml",
+        "compare-map-tiny.yaml",
+        "compare-smollm2-answer.yaml",
     ],
 )
 def test_shipped_compare_configs_resolve(name, monkeypatch):
@@ -536,6 +538,14 @@ def test_shipped_compare_configs_resolve(name, monkeypatch):
         assert settings.base["time_budget"] > 0 and settings.base["eval"]["every_seconds"] > 0
     else:  # a budget and an evaluation grid in steps
         assert 0 < settings.base["eval"]["every_steps"] <= settings.base["trainer"]["max_steps"] < 1_000_000
+
+
+def test_the_smollm2_answer_trains_each_arm_at_its_rate_from_allocation_3term_in_fp32():
+    settings = resolve_compare(CONFIGS / "compare-smollm2-answer.yaml", [])
+    assert settings.lr_grid is None and len(settings.seeds) == 16
+    for arm, rate in (("grpo", 1e-5), ("pods", 2e-5)):
+        run = settings.arm_settings(arm, 0)
+        assert run.trainer["learning_rate"] == rate and run.trainer["bf16"] is False
 
 
 def test_three_term_compare_config_runs_the_papers_sizes():

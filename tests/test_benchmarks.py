@@ -381,5 +381,9 @@ def test_the_maps_calibration_scores_each_finished_level_against_its_forecast(tm
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in output.splitlines() if line.startswith("| ")]
     assert rows[-1] == ["3term", "25.2%", "pods", "1.83x", "1.90x (1.20-2.40)", "yes", "faster", "agrees"]
     assert "Spearman's rank correlation over 3 pairs" in output
+    # The map's picture: drawn from the same pairs, one PNG.
+    picture = tmp_path / "map.png"
+    output = run_benchmark("map_calibration.py", str(tmp_path), str(other), "--plot", str(picture))
+    assert f"wrote {picture}" in output and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == (pytest.approx(1.0), pytest.approx(2 / 120))
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == (pytest.approx(-1.0), pytest.approx(2 / 24))

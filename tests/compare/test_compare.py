@@ -1118,6 +1118,10 @@ def test_the_dry_run_prints_the_power_of_its_design(monkeypatch):
     assert lines[1].startswith("seeds: 80% at 1.5x takes ") and lines[2].startswith("assumed: learning curves")
     with pytest.raises(ValueError, match="power_curve needs 0 <= base < plateau <= 1"):
         resolve_compare(None, [{"power_curve": {"base": 0.6, "plateau": 0.5}}])
+    with pytest.raises(ValueError, match=r"power_curve\.reaches .* must be between 0 and 1, got 1\.0"):
+        resolve_compare(None, [{"power_curve": {"reaches": 1.0}}])
+    paced = resolve_compare(None, [STEP_CLOCK, {"power_curve": {"reaches": 0.99}}], only=["grpo", "pods"])
+    assert design_of(paced)[0].reaches == 0.99
 
 
 def test_an_unresolved_verdict_states_the_bound_its_interval_gives():
@@ -1176,16 +1180,27 @@ def test_the_report_gives_the_power_as_planned_and_at_the_spread_its_runs_show(m
     entry = record["measured"]["arms"]["pods"]
     pooled = math.sqrt((crossing_spread(grpo)[0] ** 2 + crossing_spread(pods)[0] ** 2) / 2)
     assert entry["pooled"] == pytest.approx(pooled) and entry["reached"] == {"grpo": 3, "pods": 4}
-    runs_design = dataclasses.replace(planned, base=0.25, plateau=0.45, spread=pooled)
+    # The runs' pace: grpo's median crossing (4, 6, 9, never: 7.5 steps of 10) on an exponential curve through 75% of
+    # the gain there makes 1 - 0.25^(10 / 7.5) of it by the end.
+    reaches = 1 - 0.25 ** (10 / 7.5)
+    assert (record["measured"]["median_crossing"], record["measured"]["reaches"]) == (7.5, pytest.approx(reaches))
+    runs_design = dataclasses.replace(planned, base=0.25, plateau=0.45, spread=pooled, reaches=reaches)
     assert entry["power"] == {
         f"{truth:g}x": verdict_power(runs_design, Truth(truth), 20, arms=1, primary="speedup").resolved
         for truth in (1.5, 2.0)
     }
     lines = report_power_lines(record)
     assert lines[0].startswith("Power of the primary verdict (steps to target, Holm over 1 arm(s), 4 seeds per arm;")
-    assert "As planned (curves from 20% to 60%, seeds' log time constants spread by 0.30)" in lines[0]
-    assert lines[1].startswith("pods: at the runs' curve (25% to 45%) and spread of log crossings (grpo ")
-    assert f"pooled {pooled:.2f}" in lines[1]
+    assert (
+        "As planned (curves from 20% to 60%, seeds' log time constants spread by 0.30, the median baseline run making "
+        "90% of its gain by the end)" in lines[0]
+    )
+    assert lines[1] == (
+        "Pace: the baseline's median run crossed the target at 7.5 of 10 (an exponential curve through it makes "
+        f"{reaches:.2%} of its gain by the end); the powers below use it."
+    )
+    assert lines[2].startswith("pods: at the runs' curve (25% to 45%) and spread of log crossings (grpo ")
+    assert f"pooled {pooled:.2f}" in lines[2]
     no_target = report_power(settings, {**comparison, "target": None}, comparisons=20)
     assert no_target["measured"] is None
     assert report_power_lines(no_target)[1] == "At what the runs show: no target, so no spread of crossings to measure."
@@ -1195,4 +1210,33 @@ def test_the_report_gives_the_power_as_planned_and_at_the_spread_its_runs_show(m
         comparisons=20,
     )
     assert one["measured"]["arms"]["pods"]["power"] is None
-    assert "too few crossings to measure the power" in report_power_lines(one)[1]
+    assert "too few crossings to measure the power" in report_power_lines(one)[2]
+    # A baseline whose median run never crossed keeps the planned pace, and says so.
+    slow = [hit(4.0), hit(10.0, censored=True), hit(10.0, censored=True)]
+    kept = report_power(
+        settings,
+        {**comparison, "arms": {"grpo": {"steps_to_target": slow}, "pods": {"steps_to_target": pods}}},
+        comparisons=20,
+    )
+    assert (kept["measured"]["median_crossing"], kept["measured"]["reaches"]) == (None, 0.9)
+    assert "did not cross the target; the powers below keep the planned pace" in report_power_lines(kept)[1]
+
+
+def test_the_runs_pace_is_the_median_crossing_on_an_exponential_curve():
+    """measured_reaches: the median over seeds (a censored run counts as never), then the exponential curve's share
+    of its gain at the horizon; brute force against the curve 1 - exp(-t / tau) through the median crossing."""
+    import math
+
+    from pods_rl.compare.power import measured_reaches
+
+    def hit(crossing, censored=False):
+        return {"crossing": crossing, "censored": censored}
+
+    median, reaches = measured_reaches([hit(20.0), hit(10.0), hit(30.0)], 0.75, 200.0)
+    tau = 20.0 / math.log(4)  # 1 - exp(-20 / tau) = 0.75
+    assert median == 20.0 and reaches == pytest.approx(1 - math.exp(-200.0 / tau))
+    assert measured_reaches([hit(10.0), hit(30.0)], 0.5, 40.0) == (20.0, pytest.approx(0.75))
+    assert measured_reaches([hit(10.0), hit(40.0, True), hit(40.0, True)], 0.75, 40.0) is None  # median never crossed
+    assert measured_reaches([hit(0.0), hit(0.0), hit(5.0)], 0.75, 40.0) is None  # crossed at the start
+    assert measured_reaches([hit(0.001)], 0.75, 1e6)[1] == 1 - 1e-9
+    assert measured_reaches([], 0.75, 40.0) is None

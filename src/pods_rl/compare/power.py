@@ -3,11 +3,13 @@ how many seeds 80% would take (`pods compare --dry-run`).
 
 A comparison's settings give the evaluation grid and the horizon (seconds or steps), the held-out questions, the
 seeds (or the looks of a sequential design), the arms and the primary question. What they cannot give before the
-runs is the learning curve: its start, its plateau and how much seeds differ. The settings' `power_curve`
-(`{base, plateau, spread}`) states them, else `DEFAULT_CURVE`, and every line printed names what was assumed. The
-simulation (`pods_rl.compare.simulation.verdict_power`) draws exponential curves whose median baseline run reaches
-90% of its gain at the horizon, one arm at the true speedup and the others equal to the baseline, and draws the
-verdicts as the report does (Holm over the arms' primary tests, at every look).
+runs is the learning curve: its start, its plateau, how much seeds differ and its pace. The settings' `power_curve`
+(`{base, plateau, spread, reaches}`) states them, else `DEFAULT_CURVE`, and every line printed names what was assumed.
+The simulation (`pods_rl.compare.simulation.verdict_power`) draws exponential curves whose median baseline run makes
+`reaches` of its gain by the horizon (90% unless said), one arm at the true speedup and the others equal to the
+baseline, and draws the verdicts as the report does (Holm over the arms' primary tests, at every look). A report
+measures the pace too: a baseline whose median run crosses the target early in the horizon leaves few evaluations
+before the crossing, and the power at the runs' pace says what that grid resolves.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pods_rl.compare.simulation import Design, Truth, verdict_power
 if TYPE_CHECKING:
     from pods_rl.compare.settings import CompareSettings
 
-DEFAULT_CURVE = {"base": 0.4, "plateau": 0.8, "spread": 0.35}
+DEFAULT_CURVE = {"base": 0.4, "plateau": 0.8, "spread": 0.35, "reaches": 0.9}
 DEFAULT_QUESTIONS = 200  # when neither eval.num_examples nor task_options.num_test says
 STEP_DELAY = 0.1  # a step's length as a share of the evaluation spacing, in a comparison by seconds
 TRUTHS = (1.5, 2.0)
@@ -77,6 +79,7 @@ def design_of(settings: CompareSettings) -> tuple[Design, list[str]]:
         questions=int(questions),
         seeds=len(settings.seeds),
         spread=float(curve["spread"]),
+        reaches=float(curve["reaches"]),
     )
     return design, assumed
 
@@ -176,13 +179,30 @@ def crossing_spread(crossings: list[dict[str, Any]] | None) -> tuple[float | Non
     return (float(np.std(logs, ddof=1)) if len(logs) > 1 else None), len(logs)
 
 
+def measured_reaches(
+    crossings: list[dict[str, Any]] | None, fraction: float, horizon: float
+) -> tuple[float, float] | None:
+    """The pace the baseline's runs show: its median crossing of the target (`fraction` of its gain; a censored run
+    counts as never) and the share of its gain an exponential curve crossing there makes by the horizon,
+    1 - (1 - fraction)^(horizon / crossing) (kept below 1 - 1e-9). None when the median run did not cross or crossed
+    at the start."""
+    times = sorted(math.inf if c["censored"] else c["crossing"] for c in crossings or [])
+    if not times or not 0 < fraction < 1:
+        return None
+    median = float(np.median(times)) if math.inf not in times[: len(times) // 2 + 1] else math.inf
+    if not 0 < median < math.inf:
+        return None
+    return median, min(1 - (1 - fraction) ** (horizon / median), 1 - 1e-9)
+
+
 def report_power(
     settings: CompareSettings, comparison: dict[str, Any], comparisons: int | None = None, seed: int = 0
 ) -> dict[str, Any]:
     """The power of the comparison's design, as planned (its `power_curve`) and at what its runs show: the
     baseline's start and plateau (the target's), and for each arm the spread of log crossings pooled with the
-    baseline's, sqrt((s_baseline^2 + s_arm^2) / 2). The design is the planned one (all of `settings.seeds`, or the
-    looks of a sequential design), whatever seeds have run."""
+    baseline's, sqrt((s_baseline^2 + s_arm^2) / 2), at the pace of the baseline's median run (`measured_reaches`;
+    the planned pace where its median run did not cross). The design is the planned one (all of `settings.seeds`, or
+    the looks of a sequential design), whatever seeds have run."""
     planned, assumed, arms, primary, looks = _planned(settings)
     comparisons = comparisons or REPORT_COMPARISONS
 
@@ -203,6 +223,7 @@ def report_power(
             "base": planned.base,
             "plateau": planned.plateau,
             "spread": planned.spread,
+            "reaches": planned.reaches,
             "assumed": assumed,
             "power": powers(planned),
         },
@@ -212,8 +233,17 @@ def report_power(
     if target is None or target["base"] is None or target["plateau"] is None or target["plateau"] <= target["base"]:
         return record
     key = "steps_to_target" if comparison.get("clock", "seconds") == "steps" else "time_to_target"
-    baseline_spread, baseline_reached = crossing_spread(comparison["arms"][settings.baseline][key])
-    measured: dict[str, Any] = {"base": target["base"], "plateau": target["plateau"], "arms": {}}
+    baseline_crossings = comparison["arms"][settings.baseline][key]
+    baseline_spread, baseline_reached = crossing_spread(baseline_crossings)
+    pace = measured_reaches(baseline_crossings, target.get("fraction", settings.target_gain), planned.horizon)
+    measured: dict[str, Any] = {
+        "base": target["base"],
+        "plateau": target["plateau"],
+        "median_crossing": None if pace is None else pace[0],
+        "horizon": planned.horizon,
+        "reaches": planned.reaches if pace is None else pace[1],
+        "arms": {},
+    }
     for name, arm in comparison["arms"].items():
         if name == settings.baseline:
             continue
@@ -227,9 +257,8 @@ def report_power(
         if baseline_spread is not None and arm_spread is not None:
             pooled = math.sqrt((baseline_spread**2 + arm_spread**2) / 2)
             entry["pooled"] = pooled
-            entry["power"] = powers(
-                replace(planned, base=target["base"], plateau=target["plateau"], spread=max(pooled, 1e-3))
-            )
+            runs = {"base": target["base"], "plateau": target["plateau"], "reaches": measured["reaches"]}
+            entry["power"] = powers(replace(planned, **runs, spread=max(pooled, 1e-3)))
         measured["arms"][name] = entry
     record["measured"] = measured
     return record
@@ -250,12 +279,23 @@ def report_power_lines(record: dict[str, Any] | None) -> list[str]:
         f"Power of the primary verdict ({record['primary'].replace('_', ' ')}, Holm over {record['arms']} arm(s), "
         f"{seeds_text} per arm; {record['comparisons']} simulated comparisons a case). As planned (curves from "
         f"{planned['base']:.0%} to {planned['plateau']:.0%}, seeds' log time constants spread by "
-        f"{planned['spread']:.2f}): {truths(planned['power'])}."
+        f"{planned['spread']:.2f}, the median baseline run making {planned.get('reaches', 0.9):.0%} of its gain by the "
+        f"end): {truths(planned['power'])}."
     ]
     measured = record["measured"]
     if measured is None:
         lines.append("At what the runs show: no target, so no spread of crossings to measure.")
         return lines
+    if measured.get("median_crossing") is None:
+        lines.append(
+            "Pace: the baseline's median run did not cross the target; the powers below keep the planned pace."
+        )
+    else:
+        lines.append(
+            f"Pace: the baseline's median run crossed the target at {measured['median_crossing']:.3g} of "
+            f"{measured['horizon']:g} (an exponential curve through it makes {measured['reaches']:.2%} of its gain by "
+            "the end); the powers below use it."
+        )
     for name, entry in measured["arms"].items():
         spreads = ", ".join(
             f"{arm} {'-' if value is None else f'{value:.2f}'} ({entry['reached'][arm]} reached)"

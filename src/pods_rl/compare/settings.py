@@ -241,15 +241,22 @@ class CompareSettings:
         curve = self.power_curve
         if curve is None:
             return
+        keys = ("base", "plateau", "spread", "reaches")
         numbers = isinstance(curve, dict) and all(
-            isinstance(curve.get(key, 0.5), (int, float)) and not isinstance(curve.get(key), bool)
-            for key in ("base", "plateau", "spread")
+            isinstance(curve.get(key, 0.5), (int, float)) and not isinstance(curve.get(key), bool) for key in keys
         )
-        if not numbers or set(curve) - {"base", "plateau", "spread"}:
-            raise ValueError(f"{where}: power_curve must be null or {{base, plateau, spread}} numbers, got {curve!r}.")
+        if not numbers or set(curve) - set(keys):
+            raise ValueError(
+                f"{where}: power_curve must be null or {{base, plateau, spread, reaches}} numbers, got {curve!r}."
+            )
         base, plateau = curve.get("base", 0.4), curve.get("plateau", 0.8)
         if not 0 <= base < plateau <= 1 or curve.get("spread", 0.35) < 0:
             raise ValueError(f"{where}: power_curve needs 0 <= base < plateau <= 1 and spread >= 0, got {curve!r}.")
+        if not 0 < curve.get("reaches", 0.9) < 1:
+            raise ValueError(
+                f"{where}: power_curve.reaches (the share of its gain the median baseline run makes by the end) must "
+                f"be between 0 and 1, got {curve['reaches']!r}."
+            )
 
     def planned_looks(self) -> list[int]:
         """Seeds per arm at each look: one look at the seeds, or the sequential plan's."""

@@ -160,7 +160,6 @@ def main(folders: list[Path], plot_path: Path | None = None) -> None:
     else:
         print(f"\n{len(scored)} pair(s) with an estimate: too few for a rank correlation")
 
-
     if plot_path is not None:
         plot(records, plot_path)
         print(f"wrote {plot_path}")

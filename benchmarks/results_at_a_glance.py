@@ -32,6 +32,7 @@ COMPARISONS = {
     "allocation-tiny-epyc-avx512": ("tiny, allocation", "AMD EPYC, AVX-512", "allocation-tiny-epyc-avx512.md"),
     "allocation-3term": ("SmolLM2 a+b+c, allocation", "Intel Xeon and AMD EPYC, AVX-512", "allocation-3term.md"),
     "map-tiny/flawed-0.9": ("tiny map, base pass rate 10%", "AMD EPYC, AVX2", "map-tiny.md"),
+    "map-tiny/flawed-0.6": ("tiny map, base pass rate 25%", "AMD EPYC, AVX2", "map-tiny.md"),
 }
 
 

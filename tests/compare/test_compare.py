@@ -1220,6 +1220,9 @@ def test_the_report_gives_the_power_as_planned_and_at_the_spread_its_runs_show(m
     )
     assert (kept["measured"]["median_crossing"], kept["measured"]["reaches"]) == (None, 0.9)
     assert "did not cross the target; the powers below keep the planned pace" in report_power_lines(kept)[1]
+    # An absolute target (target_accuracy, no fraction): its share of the baseline's gain, (0.4 - 0.25) / 0.2 = 0.75.
+    absolute = {**comparison, "target": {**comparison["target"], "fraction": None}}
+    assert report_power(settings, absolute, comparisons=20)["measured"]["reaches"] == pytest.approx(reaches)
 
 
 def test_the_runs_pace_is_the_median_crossing_on_an_exponential_curve():

@@ -235,7 +235,10 @@ def report_power(
     key = "steps_to_target" if comparison.get("clock", "seconds") == "steps" else "time_to_target"
     baseline_crossings = comparison["arms"][settings.baseline][key]
     baseline_spread, baseline_reached = crossing_spread(baseline_crossings)
-    pace = measured_reaches(baseline_crossings, target.get("fraction", settings.target_gain), planned.horizon)
+    fraction = target.get("fraction")  # None with target_accuracy: its share of the baseline's gain
+    if fraction is None:
+        fraction = (target["accuracy"] - target["base"]) / (target["plateau"] - target["base"])
+    pace = measured_reaches(baseline_crossings, fraction, planned.horizon)
     measured: dict[str, Any] = {
         "base": target["base"],
         "plateau": target["plateau"],
@@ -286,7 +289,9 @@ def report_power_lines(record: dict[str, Any] | None) -> list[str]:
     if measured is None:
         lines.append("At what the runs show: no target, so no spread of crossings to measure.")
         return lines
-    if measured.get("median_crossing") is None:
+    if "median_crossing" not in measured:  # a report written before the pace was measured
+        pass
+    elif measured["median_crossing"] is None:
         lines.append(
             "Pace: the baseline's median run did not cross the target; the powers below keep the planned pace."
         )

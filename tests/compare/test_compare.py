@@ -1122,6 +1122,11 @@ def test_the_dry_run_prints_the_power_of_its_design(monkeypatch):
         resolve_compare(None, [{"power_curve": {"reaches": 1.0}}])
     paced = resolve_compare(None, [STEP_CLOCK, {"power_curve": {"reaches": 0.99}}], only=["grpo", "pods"])
     assert design_of(paced)[0].reaches == 0.99
+    # Sampled pass@1 over k samples a question: k draws a question in the simulated evaluation's noise.
+    sampled = {"metric": "accuracy_sampled", "eval": {"sampled_k": 3}, "power_curve": {"base": 0.2}}
+    design, assumed = design_of(resolve_compare(None, [STEP_CLOCK, sampled], only=["grpo", "pods"]))
+    assert design.questions == 600
+    assert assumed == ["sampled pass@1 over 3 samples a question: counted as 600 questions (draws) an evaluation"]
 
 
 def test_an_unresolved_verdict_states_the_bound_its_interval_gives():

@@ -65,6 +65,13 @@ def design_of(settings: CompareSettings) -> tuple[Design, list[str]]:
     if not questions:
         questions = DEFAULT_QUESTIONS
         assumed.append(f"{questions} held-out questions (eval.num_examples sets them)")
+    samples = evaluation.get("sampled_k") or 0
+    if settings.metric == "accuracy_sampled" and samples > 1:
+        assumed.append(
+            f"sampled pass@1 over {samples} samples a question: counted as {questions * samples} questions (draws) "
+            "an evaluation"
+        )
+        questions *= samples
     if settings.clock == "steps":
         every, horizon, step = evaluation["every_steps"], base["trainer"]["max_steps"], 0.0
     else:

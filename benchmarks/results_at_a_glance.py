@@ -33,6 +33,7 @@ COMPARISONS = {
     "allocation-3term": ("SmolLM2 a+b+c, allocation", "Intel Xeon and AMD EPYC, AVX-512", "allocation-3term.md"),
     "map-tiny/flawed-0.9": ("tiny map, base pass rate 10%", "AMD EPYC, AVX2", "map-tiny.md"),
     "map-tiny/flawed-0.6": ("tiny map, base pass rate 25%", "AMD EPYC, AVX2", "map-tiny.md"),
+    "map-tiny/flawed-0.3": ("tiny map, base pass rate 53%", "AMD EPYC, AVX2; Intel Xeon, AVX-512", "map-tiny.md"),
 }
 
 
@@ -75,6 +76,7 @@ def rows(results: Path = RESULTS, arms: list[str] | None = None) -> list[dict]:
                     "verdicts": versus["verdicts"],
                     "roles": versus["roles"],
                 }
+                | ({"resolved_at_look": versus["resolved_at_look"]} if "resolved_at_look" in versus else {})
             )
     return table
 
@@ -92,8 +94,7 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
     ]
     for row in table:
         primary = next(key for key, role in row["roles"].items() if role == "primary")
-        adjusted = row["adjusted"][primary]
-        verdict = f"{SHORT[primary]}: {row['verdicts'][primary]} ({p_text(adjusted)})"
+        verdict = f"{SHORT[primary]}: {row['verdicts'][primary]} ({primary_p(row, primary)})"
         resolved = [
             f"{SHORT[key]} {word}"
             for key, word in row["verdicts"].items()
@@ -106,6 +107,15 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
             f"{points(row['window'])} | {verdict} | {', '.join(resolved) or 'none resolved'} |"
         )
     return "\n".join(lines)
+
+
+def primary_p(row: dict, primary: str) -> str:
+    """The primary verdict's Holm-adjusted p-value; a sequential design has none (its test meets an O'Brien-Fleming
+    boundary at some look or at none), so it says at how many seeds it resolved."""
+    if "resolved_at_look" not in row:
+        return p_text(row["adjusted"][primary])
+    look = row["resolved_at_look"]
+    return "sequential: at no look" if look is None else f"sequential: at {look} seeds"
 
 
 def _primary(row: dict) -> str:

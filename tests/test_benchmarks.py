@@ -387,3 +387,30 @@ def test_the_maps_calibration_scores_each_finished_level_against_its_forecast(tm
     assert f"wrote {picture}" in output and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == (pytest.approx(1.0), pytest.approx(2 / 120))
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == (pytest.approx(-1.0), pytest.approx(2 / 24))
+
+
+def test_crossing_spread_reads_back_a_known_seed_spread_and_adds_evaluation_noise(monkeypatch) -> None:
+    """benchmarks/crossing_spread.py: without evaluation noise (ten million draws, an evaluation every step, no run
+    censored by the horizon) the measured spread of log crossings is the seeds' spread of log time constants the runs
+    were drawn with; with 400 draws on a curve that gains 12 points, noise alone spreads crossings of seeds that learn
+    at one pace."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from crossing_spread import measured_spread
+
+    from pods_rl.compare.simulation import Design
+
+    exact = Design(
+        "exact", every=1, horizon=200, base=0.5, plateau=0.9, step=0.0, questions=10**7, spread=0.3, reaches=0.999
+    )
+    spread, crossed = measured_spread(exact, runs=2000)
+    assert spread == pytest.approx(0.3, abs=0.02) and crossed == 1.0
+    flat = Design("flat", every=5, horizon=200, base=0.5, plateau=0.62, step=0.0, questions=400, spread=0.0)
+    assert measured_spread(flat, runs=2000)[0] > 0.2
+    output = run_benchmark("crossing_spread.py", "--base", "0.5", "--plateau", "0.62", "--runs", "50")
+    assert len([line for line in output.splitlines() if line.startswith("| 0.")]) == 6
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    script = str(ROOT / "benchmarks" / "crossing_spread.py")
+    bad = subprocess.run(
+        [sys.executable, script, "--base", "0.7", "--plateau", "0.6"], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 2 and "need 0 <= base < plateau <= 1" in bad.stderr

@@ -231,7 +231,7 @@ def test_results_at_a_glance_are_the_records():
     assert results_at_a_glance.markdown(pods_rows, "docs/benchmarks/") in readme
     every_row = results_at_a_glance.rows()
     # 4 arms against the baseline in four comparisons, 6 and 5 in the allocation ones, 2 in each finished map level
-    assert len(every_row) == 31
+    assert len(every_row) == 33
     assert results_at_a_glance.markdown(every_row, "") in index
     primary = {}
     for row in every_row:  # a step-clocked comparison does not test its time to target, its primary is steps
@@ -239,8 +239,9 @@ def test_results_at_a_glance_are_the_records():
             assert row["verdicts"]["time_to_target"] == "not tested" and row["roles"]["steps_to_target"] == "primary"
         key = next(measure for measure, role in row["roles"].items() if role == "primary")
         primary[row["setup"], row["arm"].split()[0]] = row["verdicts"][key]
-    # Four primary verdicts of the 31 are resolved: screening on the tiny model is slower than GRPO; at the map's
-    # 10% base pass rate PODS and dynamic sampling reach the target in fewer steps, at 25% PODS does.
+    # Four primary verdicts of the 33 are resolved: screening on the tiny model is slower than GRPO; at the map's
+    # 10% base pass rate PODS and dynamic sampling reach the target in fewer steps, at 25% PODS does; at 53% neither
+    # meets its sequential boundary.
     assert {key: word for key, word in primary.items() if word != "not resolved"} == {
         ("tiny, allocation", "pods-screen"): "slower",
         ("tiny map, base pass rate 10%", "pods"): "faster",
@@ -273,6 +274,11 @@ def test_results_at_a_glance_reads_a_comparison_clocked_by_steps():
     assert line.endswith(
         "| not tested | 1.50x (0.50-3.00) | +2.0 (-1.0 to +5.0) | steps: not resolved (0.500) | window higher |"
     )
+    # A sequential design's verdict has no Holm p-value: the row says at how many seeds it met its boundary, if any.
+    sequential = {**row, "adjusted": {key: None for key in row["adjusted"]}, "resolved_at_look": None}
+    assert "| steps: not resolved (sequential: at no look) |" in results_at_a_glance.markdown([sequential])
+    sequential |= {"verdicts": {**row["verdicts"], "steps_to_target": "faster"}, "resolved_at_look": 16}
+    assert "| steps: faster (sequential: at 16 seeds) |" in results_at_a_glance.markdown([sequential])
     # An arm that never reached the target has no estimate, and its interval no upper end.
     row["steps"] = {"estimate": None, "low": 0.0, "high": None}
     assert "| not tested | - (0.00-∞) |" in results_at_a_glance.markdown([row])

@@ -23,7 +23,7 @@ from pods_rl.compare.settings import resolve_compare
 
 CHILD = textwrap.dedent(
     """
-    import signal, sys, time
+    import os, signal, sys, time
     from pathlib import Path
 
     run_dir = Path(sys.argv[1])
@@ -37,6 +37,7 @@ CHILD = textwrap.dedent(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    (run_dir / "pinned").write_text(os.environ.get("PODS_RL_PINNED_MODELS", "unset"))
     (run_dir / "started").write_text("")
     time.sleep(60)
     """
@@ -125,6 +126,8 @@ def test_a_signal_to_the_comparison_is_passed_on_to_its_run_once(comparison, num
     # is gone: nothing trains on, orphaned.
     assert (run_dir / "received").read_text() == f"{number.name}\n"
     assert (run_dir / "saved").exists()
+    # The run's tiny model is the one pinned in the comparison's folder, whatever CPU it runs on.
+    assert (run_dir / "pinned").read_text() == str(run_dir.parents[1] / "base-models")
     _wait(lambda: not _alive(child), 10)
     assert not (run_dir.parents[1] / "compare.lock").exists()
 

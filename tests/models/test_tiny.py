@@ -1,10 +1,11 @@
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from pods_rl.models import list_models, load_model
-from pods_rl.models.tiny import TinyRecipe, build_tiny, build_tokenizer
+from pods_rl.models.tiny import PINNED_ENV, TinyRecipe, build_tiny, build_tokenizer
 from pods_rl.tasks.base import SYSTEM_PROMPT
 
 QUICK = TinyRecipe(hidden_size=16, intermediate_size=32, num_heads=2, sft_steps=3, sft_batch_size=4)
@@ -52,6 +53,24 @@ def test_build_warm_start_and_reload_from_cache(tmp_path: Path, monkeypatch) -> 
     prompt = tok.apply_chat_template([{"role": "user", "content": "Compute 1+2."}], add_generation_prompt=True)
     out = model.generate(torch.tensor([prompt["input_ids"]]), max_new_tokens=3, do_sample=False)
     assert out.shape[1] <= len(prompt["input_ids"]) + 3
+
+
+def test_a_pinned_warm_start_comes_before_the_cache_and_is_pinned_on_first_use(tmp_path: Path, monkeypatch) -> None:
+    """With $PODS_RL_PINNED_MODELS set (a comparison's base-models/), the first build copies the cache's checkpoint
+    there, and from then on the pinned one is used even where the cache holds another (another CPU's build)."""
+    cache, pins = tmp_path / "cache", tmp_path / "comparison" / "base-models"
+    monkeypatch.setenv("PODS_RL_CACHE", str(cache))
+    monkeypatch.setenv(PINNED_ENV, str(pins))
+    pinned = build_tiny(QUICK)
+    assert pinned == pins / f"tiny-{QUICK.key()}" and [p.name for p in pins.iterdir()] == [pinned.name]
+    built = cache / pinned.name
+    assert (built / "model.safetensors").read_bytes() == (pinned / "model.safetensors").read_bytes()
+    assert os.environ[PINNED_ENV] == str(pins)  # set again after the inner build
+    # Another machine's cache: different weights under the same recipe. The pinned checkpoint wins.
+    (built / "model.safetensors").write_bytes(b"another build")
+    assert build_tiny(QUICK) == pinned and (pinned / "model.safetensors").read_bytes() != b"another build"
+    monkeypatch.delenv(PINNED_ENV)
+    assert build_tiny(QUICK) == built  # unset: the cache as before
 
 
 def test_list_models() -> None:

@@ -3,6 +3,8 @@
 <folder>/compare.yaml                      the comparison's settings
 <folder>/tuning/<arm>/lr-<rate>/seed-<s>/  a tuning run (with a learning-rate grid)
 <folder>/<arm>/seed-<s>/                   a reported run
+<folder>/base-models/tiny-<recipe hash>/   the tiny model's warm start, pinned by the first run that built it or
+                                           found it, so that every later run starts from it on any CPU
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from pods_rl.compare.settings import CompareSettings
 from pods_rl.run.folders import METRICS_FILE, SUMMARY_FILE
+
+BASE_MODELS = "base-models"
 
 
 def tuning_runs(settings: CompareSettings, output_dir: Path) -> dict[tuple[str, float, int], Path]:

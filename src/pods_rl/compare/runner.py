@@ -9,6 +9,7 @@ seed with the arms interleaved; `--resume` keeps the runs that finished. The set
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from rich.table import Table
 
 from pods_rl.compare.cost_model import CostModel
 from pods_rl.compare.layout import (
+    BASE_MODELS,
     is_finished,
     load_run,
     reported_label,
@@ -40,6 +42,7 @@ from pods_rl.compare.render import results_tables, rule_text, write_comparison
 from pods_rl.compare.settings import COMPARE_FILE, CompareSettings, load_compare
 from pods_rl.compare.tuning import choose_learning_rates, tuning_warnings
 from pods_rl.console import make_console
+from pods_rl.models.tiny import PINNED_ENV
 from pods_rl.run.folders import CONFIG_FILE, SUMMARY_FILE, check_model_name, check_output_dir, replace_output_dir
 from pods_rl.run.lock import FolderLock
 from pods_rl.run.settings import RunSettings, changed_values, read_yaml
@@ -389,6 +392,8 @@ def _train_in_subprocess(settings: RunSettings, run_dir: Path, lock: ComparisonL
     SIGINT and SIGTERM are passed on to the run, which runs in its own session so that a terminal's Ctrl-C reaches
     it once, through this process: it saves and stops as it does alone, and then ComparisonStopped ends the
     comparison. On Linux the run also gets SIGTERM if this process dies without passing one on (SIGKILL).
+    With the comparison's lock, the run's tiny model is the one pinned in the comparison's folder (`BASE_MODELS`):
+    the warm start differs between CPU instruction sets, and a comparison resumed on another CPU keeps its own.
     """
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     config = run_dir.with_suffix(".yaml")
@@ -398,6 +403,7 @@ def _train_in_subprocess(settings: RunSettings, run_dir: Path, lock: ComparisonL
     with log.open("w") as handle, _signals_passed_on() as passed:
         child = subprocess.Popen(
             [*command, "--overwrite"],
+            env=None if lock is None else {**os.environ, PINNED_ENV: str(lock.path.parent / BASE_MODELS)},
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

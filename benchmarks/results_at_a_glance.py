@@ -93,7 +93,7 @@ def markdown(table: list[dict], link_prefix: str = "") -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for row in table:
-        primary = next(key for key, role in row["roles"].items() if role == "primary")
+        primary = _primary(row)
         verdict = f"{SHORT[primary]}: {row['verdicts'][primary]} ({primary_p(row, primary)})"
         resolved = [
             f"{SHORT[key]} {word}"

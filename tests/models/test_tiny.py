@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,9 @@ def test_a_pinned_warm_start_comes_before_the_cache_and_is_pinned_on_first_use(t
     # Another machine's cache: different weights under the same recipe. The pinned checkpoint wins.
     (built / "model.safetensors").write_bytes(b"another build")
     assert build_tiny(QUICK) == pinned and (pinned / "model.safetensors").read_bytes() != b"another build"
+    # A fresh machine (an empty cache) starts from the pinned checkpoint without building a warm start of its own.
+    shutil.rmtree(cache)
+    assert build_tiny(QUICK) == pinned and not cache.exists()
     monkeypatch.delenv(PINNED_ENV)
     assert build_tiny(QUICK) == built  # unset: the cache as before
 

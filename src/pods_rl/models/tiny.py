@@ -298,40 +298,23 @@ def build_tiny(
     `$PODS_RL_PINNED_MODELS` set, the pinned checkpoint comes first (`PINNED_ENV`).
     """
     recipe = recipe or TinyRecipe()
+    name = f"tiny-{recipe.key()}"
     pinned = os.environ.get(PINNED_ENV)
-    if pinned:
-        return _pinned(Path(pinned) / f"tiny-{recipe.key()}", recipe, cache_dir, progress)
+    if pinned and (Path(pinned) / name / "config.json").exists():
+        return Path(pinned) / name
     root = Path(cache_dir) if cache_dir is not None else cache_root()
-    final = root / f"tiny-{recipe.key()}"
-    if (final / "config.json").exists():
+    final = root / name
+    if not (final / "config.json").exists():
+        with written_in_place(final) as tmp:
+            tokenizer = build_tokenizer(recipe.vocab_size)
+            model = build_model(recipe, tokenizer)
+            if recipe.sft_steps > 0:
+                warm_start(model, tokenizer, recipe, tmp, progress)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "recipe.json").write_text(json.dumps(dataclasses.asdict(recipe), indent=2, default=list))
+    if not pinned:
         return final
-    with written_in_place(final) as tmp:
-        tokenizer = build_tokenizer(recipe.vocab_size)
-        model = build_model(recipe, tokenizer)
-        if recipe.sft_steps > 0:
-            warm_start(model, tokenizer, recipe, tmp, progress)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "recipe.json").write_text(json.dumps(dataclasses.asdict(recipe), indent=2, default=list))
-    return final
-
-
-def _pinned(final: Path, recipe: TinyRecipe, cache_dir: str | os.PathLike | None, progress: Progress | None) -> Path:
-    """The pinned checkpoint `final`; when there is none yet, the cache's (built first if needed) copied there."""
-    if (final / "config.json").exists():
-        return final
-    with _environment_without(PINNED_ENV):
-        built = build_tiny(recipe, cache_dir=cache_dir, progress=progress)
-    with written_in_place(final) as tmp:
-        shutil.copytree(built, tmp, dirs_exist_ok=True)
-    return final
-
-
-@contextlib.contextmanager
-def _environment_without(name: str) -> Iterator[None]:
-    saved = os.environ.pop(name, None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ[name] = saved
+    with written_in_place(Path(pinned) / name) as tmp:  # pinned on first use: the cache's build, copied
+        shutil.copytree(final, tmp, dirs_exist_ok=True)
+    return Path(pinned) / name
